@@ -1,0 +1,55 @@
+// remat/memory.h — exact bytes held by tensors, and the cost of one training step.
+//
+//   remat::install_cpu_memory_tracker();                  // before allocating what you measure
+//   auto m = remat::measure_step([&] { return model->forward(x).sum(); });
+//   std::cout << m.activation_peak_bytes() << "\n";
+//
+// On CPU a tracking allocator (installed as LibTorch's CPU allocator) counts the bytes of every
+// live tensor allocation made after it is installed; scratch memory of oneDNN/OpenBLAS bypasses
+// it, activations do not. On CUDA the caching allocator's "allocated bytes" statistics are used
+// (reserved-but-free cache memory is not counted).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+namespace remat {
+
+/// Bytes held by live tensor allocations on one device, and the most held since the last reset.
+struct MemoryStats {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+/// Makes the tracking allocator LibTorch's CPU allocator. Idempotent and thread-safe; tensors
+/// allocated before the call are not counted (their frees are not either).
+void install_cpu_memory_tracker();
+bool cpu_memory_tracker_installed();
+
+/// Current and peak bytes on `device`. CPU needs the tracker installed; CUDA needs a CUDA build.
+MemoryStats memory_stats(c10::Device device = c10::kCPU);
+/// Sets the peak of `device` to its current bytes.
+void reset_peak_memory(c10::Device device = c10::kCPU);
+
+/// What one training step cost. "Activation" figures are relative to what was held before the
+/// forward (parameters, optimizer state, the batch).
+struct StepMeasurement {
+  int64_t bytes_before_forward = 0;
+  int64_t bytes_at_end_of_forward = 0;  ///< the loss computed, nothing freed by backward yet
+  int64_t peak_bytes = 0;               ///< during forward and backward
+  double forward_seconds = 0;
+  double step_seconds = 0;  ///< forward + backward
+
+  int64_t activation_bytes_at_end_of_forward() const { return bytes_at_end_of_forward - bytes_before_forward; }
+  int64_t activation_peak_bytes() const { return peak_bytes - bytes_before_forward; }
+};
+
+/// Runs `forward` (returning a scalar loss), then backward on the loss, measuring memory on
+/// `device` and wall time (synchronising CUDA before reading the clock).
+StepMeasurement measure_step(const std::function<at::Tensor()>& forward,
+                             c10::Device device = c10::kCPU);
+
+}  // namespace remat

@@ -1,0 +1,7 @@
+// remat/remat.h — everything: checkpointing (functions, modules, sequences) and memory accounting.
+#pragma once
+
+#include "remat/checkpoint.h"
+#include "remat/checkpointed.h"
+#include "remat/error.h"
+#include "remat/memory.h"

@@ -1,0 +1,283 @@
+#include "remat/checkpoint.h"
+
+#include <sstream>
+#include <unordered_set>
+
+#include <ATen/SequenceNumber.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
+
+#include "detail/forward_state.h"
+#include "remat/error.h"
+
+namespace remat {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct OutputMeta {
+  bool defined = false;
+  bool requires_grad = false;
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype = at::kFloat;
+  c10::Device device = c10::kCPU;
+
+  static OutputMeta of(const at::Tensor& t) {
+    OutputMeta m;
+    m.defined = t.defined();
+    if (!m.defined) return m;
+    m.requires_grad = t.requires_grad();
+    m.sizes = t.sizes().vec();
+    m.dtype = t.scalar_type();
+    m.device = t.device();
+    return m;
+  }
+};
+
+std::string describe(const OutputMeta& m) {
+  if (!m.defined) return "undefined";
+  std::ostringstream os;
+  os << m.dtype << c10::IntArrayRef(m.sizes) << " on " << m.device;
+  return os.str();
+}
+
+// Everything the backward needs besides the saved tensors. Held by the autograd node, so it lives
+// as long as the graph does; the inputs themselves are saved tensors, released after backward.
+struct CheckpointState : torch::CustomClassHolder {
+  TensorListFunction fn;
+  CheckpointOptions options;
+  size_t num_inputs = 0;
+  std::vector<bool> input_defined;
+  std::vector<bool> input_requires_grad;
+  std::vector<OutputMeta> output_meta;
+  detail::RngSnapshot rng;
+  detail::AutocastSnapshot autocast;
+  variable_list forward_outputs;  // handed from checkpoint() to forward(), then released
+};
+
+std::string describe_input_use(const std::string& name) { return "checkpoint '" + name + "': "; }
+
+// Walks the graph `fn` recorded, from its outputs back to where it started, and returns the
+// tensors it reached that require grad and were not inputs: the parameters `fn` uses. A node older
+// than the recording means `fn` used a non-leaf tensor produced outside it, which cannot be
+// recomputed from the inputs: it must be passed as an input.
+std::vector<at::Tensor> find_used_parameters(const variable_list& outputs,
+                                             const variable_list& own_inputs,
+                                             uint64_t first_sequence_nr, const std::string& name) {
+  std::unordered_set<const c10::TensorImpl*> inputs;
+  for (const auto& t : own_inputs) {
+    if (t.defined()) inputs.insert(t.unsafeGetTensorImpl());
+  }
+  std::unordered_set<const c10::TensorImpl*> found_set;
+  std::vector<at::Tensor> found;
+  auto add_leaf = [&](const at::Tensor& leaf) {
+    if (inputs.count(leaf.unsafeGetTensorImpl()) == 0 &&
+        found_set.insert(leaf.unsafeGetTensorImpl()).second) {
+      found.push_back(leaf);
+    }
+  };
+  std::unordered_set<const torch::autograd::Node*> visited;
+  std::vector<torch::autograd::Node*> stack;
+  for (const auto& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    if (out.grad_fn()) {
+      stack.push_back(out.grad_fn().get());
+    } else {
+      add_leaf(out);
+    }
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    if (!visited.insert(node).second) continue;
+    if (auto* accumulate = dynamic_cast<torch::autograd::AccumulateGrad*>(node)) {
+      add_leaf(accumulate->variable);
+      continue;
+    }
+    REMAT_CHECK(node->sequence_nr() >= first_sequence_nr, describe_input_use(name),
+                "the function uses a tensor that requires grad and was computed outside it (it "
+                "reaches autograd node ", node->name(),
+                "). Pass that tensor in the checkpoint's inputs instead of capturing it.");
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) stack.push_back(edge.function.get());
+    }
+  }
+  return found;
+}
+
+variable_list detach_like(const variable_list& tensors, const std::vector<bool>& requires_grad) {
+  variable_list out;
+  out.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    out.push_back(tensors[i].defined() ? tensors[i].detach().requires_grad_(requires_grad[i])
+                                       : at::Tensor());
+  }
+  return out;
+}
+
+void check_outputs(const variable_list& outputs, const std::string& name) {
+  bool any_defined = false;
+  for (const auto& t : outputs) any_defined = any_defined || t.defined();
+  REMAT_CHECK(any_defined, describe_input_use(name),
+              "the function returned no tensor; a checkpointed function must return at least one "
+              "defined tensor.");
+}
+
+struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs_and_parameters,
+                               const c10::intrusive_ptr<CheckpointState>& state) {
+    ctx->set_materialize_grads(false);
+    ctx->save_for_backward(inputs_and_parameters.vec());
+    ctx->saved_data["state"] = c10::IValue::make_capsule(state);
+    return std::move(state->forward_outputs);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto state = c10::static_intrusive_pointer_cast<CheckpointState>(
+        ctx->saved_data["state"].toCapsule());
+    const std::string& name = state->options.name();
+    // Throws LibTorch's "backward through the graph a second time" error once the saved tensors
+    // were released by a backward without retain_graph.
+    variable_list saved = ctx->get_saved_variables();
+    // The node's inputs are the defined inputs, then the parameters; put undefined ones back.
+    variable_list inputs(state->num_inputs);
+    size_t next_saved = 0;
+    for (size_t i = 0; i < state->num_inputs; ++i) {
+      if (state->input_defined[i]) inputs[i] = saved[next_saved++];
+    }
+    const variable_list parameters(saved.begin() + next_saved, saved.end());
+
+    variable_list recompute_inputs = detach_like(inputs, state->input_requires_grad);
+    // Undone only after the recomputed graph's backward: BatchNorm's saves the running statistics,
+    // and restoring them earlier would trip its version check.
+    detail::RestoreTensorsScope restore(state->options.restore_after_recompute());
+    variable_list outputs;
+    {
+      c10::optional<detail::ForkedRngScope> rng;
+      if (state->options.preserve_rng_state()) rng.emplace(state->rng);
+      detail::AutocastScope autocast(state->autocast);
+      c10::AutoGradMode grad_enabled(true);
+      outputs = state->fn(recompute_inputs);
+    }
+
+    REMAT_CHECK(outputs.size() == state->output_meta.size(), describe_input_use(name),
+                "the recompute returned ", outputs.size(), " tensors but the forward returned ",
+                state->output_meta.size(),
+                ". The function must be deterministic in what it returns.");
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const OutputMeta now = OutputMeta::of(outputs[i]);
+      const OutputMeta& then = state->output_meta[i];
+      REMAT_CHECK(now.defined == then.defined && now.sizes == then.sizes &&
+                      now.dtype == then.dtype && now.device == then.device,
+                  describe_input_use(name), "output ", i, " of the recompute is ", describe(now),
+                  " but the forward's was ", describe(then),
+                  ". The function must compute the same shapes, dtypes and devices when re-run.");
+    }
+
+    // grad_outputs has one entry per defined output: undefined outputs never enter the graph.
+    variable_list roots, root_grads;
+    for (size_t i = 0, g = 0; i < outputs.size(); ++i) {
+      if (!outputs[i].defined()) continue;
+      const at::Tensor& grad = grad_outputs[g++];
+      if (outputs[i].requires_grad() && grad.defined()) {
+        roots.push_back(outputs[i]);
+        root_grads.push_back(grad);
+      }
+    }
+    // Differentiate with respect to every input and parameter that requires grad; the engine
+    // running this backward then delivers these gradients exactly once along the node's edges.
+    variable_list wrt;
+    std::vector<size_t> wrt_position;  // index among the node's inputs
+    size_t position = 0;
+    for (const auto& input : recompute_inputs) {
+      if (!input.defined()) continue;
+      if (input.requires_grad()) {
+        wrt.push_back(input);
+        wrt_position.push_back(position);
+      }
+      ++position;
+    }
+    for (const auto& parameter : parameters) {
+      if (parameter.requires_grad()) {
+        wrt.push_back(parameter);
+        wrt_position.push_back(position);
+      }
+      ++position;
+    }
+    variable_list grads(saved.size() + 1);  // the last for the state argument of forward()
+    if (roots.empty() || wrt.empty()) return grads;
+    variable_list computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
+                                                   /*create_graph=*/c10::GradMode::is_enabled(),
+                                                   /*allow_unused=*/true);
+    for (size_t k = 0; k < computed.size(); ++k) grads[wrt_position[k]] = std::move(computed[k]);
+    return grads;
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
+                                   const CheckpointOptions& options) {
+  REMAT_CHECK(static_cast<bool>(fn), describe_input_use(options.name()), "the function is empty.");
+  REMAT_CHECK(!inputs.empty(), describe_input_use(options.name()),
+              "inputs is empty; pass the tensors the function computes from (its activations), so "
+              "they can be kept for the recompute.");
+  if (!c10::GradMode::is_enabled()) {
+    auto outputs = fn(inputs);
+    check_outputs(outputs, options.name());
+    return outputs;
+  }
+
+  auto state = c10::make_intrusive<CheckpointState>();
+  state->fn = fn;
+  state->options = options;
+  state->num_inputs = inputs.size();
+  for (const auto& t : inputs) {
+    state->input_defined.push_back(t.defined());
+    state->input_requires_grad.push_back(t.defined() && t.requires_grad());
+  }
+  state->autocast = detail::AutocastSnapshot::capture();
+  if (options.preserve_rng_state()) state->rng = detail::RngSnapshot::capture(inputs);
+
+  // Record the forward with its saved tensors dropped: memory as in a no-grad forward, but the
+  // graph shows which parameters the function reaches.
+  variable_list forward_inputs = detach_like(inputs, state->input_requires_grad);
+  variable_list outputs;
+  std::vector<at::Tensor> parameters;
+  {
+    detail::DropSavedTensorsScope drop_saved;
+    const uint64_t first_sequence_nr = at::sequence_number::peek();
+    outputs = fn(forward_inputs);
+    check_outputs(outputs, options.name());
+    parameters = find_used_parameters(outputs, forward_inputs, first_sequence_nr, options.name());
+  }
+  for (const auto& t : outputs) state->output_meta.push_back(OutputMeta::of(t));
+  for (const auto& t : outputs) {
+    if (t.defined()) state->forward_outputs.push_back(t.detach());
+  }
+  variable_list inputs_and_parameters;
+  for (const auto& t : inputs) {
+    if (t.defined()) inputs_and_parameters.push_back(t);
+  }
+  inputs_and_parameters.insert(inputs_and_parameters.end(), parameters.begin(), parameters.end());
+  // As a TensorList, not a vector: only then does Function::apply see the tensors as inputs.
+  variable_list defined_results = CheckpointFunction::apply(at::TensorList(inputs_and_parameters), state);
+  for (size_t i = 0, d = 0; i < outputs.size(); ++i) {
+    outputs[i] = outputs[i].defined() ? std::move(defined_results[d++]) : at::Tensor();
+  }
+  return outputs;  // the recorded graph went with the old outputs
+}
+
+at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input,
+                      const CheckpointOptions& options) {
+  REMAT_CHECK(static_cast<bool>(fn), describe_input_use(options.name()), "the function is empty.");
+  auto outputs = checkpoint(
+      [fn](const std::vector<at::Tensor>& xs) { return std::vector<at::Tensor>{fn(xs[0])}; },
+      std::vector<at::Tensor>{input}, options);
+  return outputs[0];
+}
+
+}  // namespace remat

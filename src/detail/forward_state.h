@@ -1,0 +1,90 @@
+// Internal: the ambient state a recompute must see exactly as the forward saw it — RNG streams,
+// autocast — plus the side effects (buffer updates) it must not repeat, and the switch that makes
+// autograd drop saved tensors while checkpoint records a graph only to find parameters.
+#pragma once
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace remat::detail {
+
+/// RNG states of the CPU generator and of the CUDA devices the inputs live on.
+class RngSnapshot {
+ public:
+  static RngSnapshot capture(const std::vector<at::Tensor>& inputs);
+  /// Captures the current state of the same generators as `like`.
+  static RngSnapshot capture_like(const RngSnapshot& like);
+  void restore() const;
+
+ private:
+  at::Tensor cpu_state_;
+  std::vector<std::pair<c10::DeviceIndex, at::Tensor>> cuda_states_;
+};
+
+/// Sets the forward's RNG states for the lifetime of the scope, then puts back the current ones,
+/// so the recompute does not disturb the caller's RNG stream.
+class ForkedRngScope {
+ public:
+  explicit ForkedRngScope(const RngSnapshot& forward_state);
+  ~ForkedRngScope();
+  ForkedRngScope(const ForkedRngScope&) = delete;
+  ForkedRngScope& operator=(const ForkedRngScope&) = delete;
+
+ private:
+  RngSnapshot saved_;
+};
+
+/// Autocast enablement and dtypes for CPU and CUDA.
+struct AutocastSnapshot {
+  bool cpu_enabled = false;
+  at::ScalarType cpu_dtype = at::kBFloat16;
+  bool cuda_enabled = false;
+  at::ScalarType cuda_dtype = at::kHalf;
+
+  static AutocastSnapshot capture();
+  void apply() const;
+};
+
+/// Applies an autocast snapshot for the lifetime of the scope.
+class AutocastScope {
+ public:
+  explicit AutocastScope(const AutocastSnapshot& state);
+  ~AutocastScope();
+  AutocastScope(const AutocastScope&) = delete;
+  AutocastScope& operator=(const AutocastScope&) = delete;
+
+ private:
+  AutocastSnapshot saved_;
+};
+
+/// Copies the given tensors on entry and writes the copies back on exit: a recompute's in-place
+/// side effects on them (running statistics) are undone.
+class RestoreTensorsScope {
+ public:
+  explicit RestoreTensorsScope(const std::vector<at::Tensor>& tensors);
+  ~RestoreTensorsScope();
+  RestoreTensorsScope(const RestoreTensorsScope&) = delete;
+  RestoreTensorsScope& operator=(const RestoreTensorsScope&) = delete;
+
+ private:
+  const std::vector<at::Tensor>& tensors_;
+  std::vector<at::Tensor> copies_;
+};
+
+/// While alive on this thread, autograd records graphs but keeps none of the tensors that
+/// operations save for their backward: recording costs what a no-grad forward costs in memory.
+/// Using such a graph for backward raises an error naming remat.
+class DropSavedTensorsScope {
+ public:
+  DropSavedTensorsScope();
+  ~DropSavedTensorsScope();
+  DropSavedTensorsScope(const DropSavedTensorsScope&) = delete;
+  DropSavedTensorsScope& operator=(const DropSavedTensorsScope&) = delete;
+};
+
+}  // namespace remat::detail

@@ -1,0 +1,44 @@
+// Test helpers: run a model twice (plain and checkpointed) from the same seed and compare.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+
+namespace remat::testing {
+
+/// Gradients of all parameters of `module`, by name, cloned; undefined grads stay undefined.
+inline std::vector<std::pair<std::string, at::Tensor>> parameter_grads(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> grads;
+  for (const auto& p : module.named_parameters()) {
+    grads.emplace_back(p.key(), p.value().grad().defined() ? p.value().grad().clone() : at::Tensor());
+  }
+  return grads;
+}
+
+/// Bitwise equality of two tensors (same shape, dtype, values), with a readable failure.
+inline ::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) {
+    if (a.defined() == b.defined()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "one tensor is undefined";
+  }
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
+    return ::testing::AssertionFailure() << "shapes/dtypes differ: " << a.sizes() << " vs " << b.sizes();
+  }
+  if (a.equal(b)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max abs difference " << (a - b).abs().max().item<double>();
+}
+
+inline void expect_same_grads(const std::vector<std::pair<std::string, at::Tensor>>& expected,
+                              const std::vector<std::pair<std::string, at::Tensor>>& actual) {
+  ASSERT_EQ(expected.size(), actual.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(expected[i].first, actual[i].first);
+    ASSERT_TRUE(expected[i].second.defined()) << expected[i].first << " has no gradient in the plain run";
+    EXPECT_TRUE(bitwise_equal(expected[i].second, actual[i].second)) << "parameter " << expected[i].first;
+  }
+}
+
+}  // namespace remat::testing
