@@ -6,7 +6,7 @@
 
 #include "remat/checkpointed.h"
 #include "support/compare.h"
-#include "support/layer_stack.h"
+#include "remat/models/layer_stack.h"
 
 namespace {
 
@@ -40,16 +40,16 @@ TEST(Checkpointed, KeepsTheWrappedModulesParameterAndBufferNames) {
   EXPECT_EQ(plain->named_parameters().keys(), wrapped->named_parameters().keys());
   EXPECT_EQ(plain->named_buffers().keys(), wrapped->named_buffers().keys());
 
-  remat::testing::ResidualLayer layer(8, 0.0);
+  remat::models::ResidualLayer layer(8, 0.0);
   remat::Checkpointed wrapped_layer(layer);
   EXPECT_EQ(layer->named_parameters().keys(), wrapped_layer->named_parameters().keys());
 }
 
 TEST(Checkpointed, StateSavedFromThePlainModuleLoadsIntoTheWrappedOneAndBack) {
   torch::manual_seed(1);
-  remat::testing::ResidualLayer source(8, 0.1);
+  remat::models::ResidualLayer source(8, 0.1);
   torch::manual_seed(2);
-  remat::testing::ResidualLayer target_inner(8, 0.1);
+  remat::models::ResidualLayer target_inner(8, 0.1);
   remat::Checkpointed target(target_inner);
 
   std::stringstream stream;
@@ -60,7 +60,7 @@ TEST(Checkpointed, StateSavedFromThePlainModuleLoadsIntoTheWrappedOneAndBack) {
   }
 
   torch::manual_seed(3);
-  remat::testing::ResidualLayer back(8, 0.1);
+  remat::models::ResidualLayer back(8, 0.1);
   std::stringstream stream2;
   torch::save(target, stream2);
   torch::load(back, stream2);
@@ -71,7 +71,7 @@ TEST(Checkpointed, StateSavedFromThePlainModuleLoadsIntoTheWrappedOneAndBack) {
 
 TEST(Checkpointed, GradientsEqualThePlainModuleAndCanBeSwitchedOff) {
   torch::manual_seed(0);
-  remat::testing::ResidualLayer layer(16, 0.2);
+  remat::models::ResidualLayer layer(16, 0.2);
   Counting counting(16);
   remat::Checkpointed wrapped(torch::nn::Sequential(layer, counting));
   at::Tensor x = torch::randn({2, 5, 16});
@@ -94,7 +94,7 @@ TEST(Checkpointed, GradientsEqualThePlainModuleAndCanBeSwitchedOff) {
 }
 
 TEST(Checkpointed, TrainAndEvalReachTheWrappedModule) {
-  remat::testing::ResidualLayer layer(4, 0.5);
+  remat::models::ResidualLayer layer(4, 0.5);
   remat::Checkpointed wrapped(layer);
   wrapped->eval();
   EXPECT_FALSE(layer->is_training());
@@ -132,7 +132,7 @@ TEST(CheckpointSequential, FollowsPyTorchSegmentSemantics) {
 TEST(CheckpointSequential, OneSegmentCheckpointsNothingAndGradientsMatchForEverySegmentCount) {
   torch::manual_seed(0);
   torch::nn::Sequential seq;
-  for (int i = 0; i < 5; ++i) seq->push_back(remat::testing::ResidualLayer(8, 0.3));
+  for (int i = 0; i < 5; ++i) seq->push_back(remat::models::ResidualLayer(8, 0.3));
   at::Tensor x = torch::randn({3, 4, 8});
 
   torch::manual_seed(5);

@@ -8,10 +8,10 @@
 #include "remat/checkpointed.h"
 #include "remat/memory.h"
 #include "support/compare.h"
-#include "support/layer_stack.h"
+#include "remat/models/layer_stack.h"
 
-using remat::testing::LayerStack;
-using remat::testing::StackMode;
+using remat::models::LayerStack;
+using remat::models::StackMode;
 
 namespace {
 

@@ -1,5 +1,5 @@
 // A stack of Transformer-like residual layers, x + Dropout(Linear(GELU(Linear(LayerNorm(x))))),
-// used by tests, benchmarks and the demo to compare checkpointed and plain runs on one model.
+// used by tests, benchmarks and `remat demo` to compare checkpointed and plain runs on one model.
 // Shapes: B batch, T tokens, C channels; each layer keeps ~ B·T·(C + 4C + 4C + 4C + C) floats.
 #pragma once
 
@@ -15,7 +15,7 @@
 
 #include "remat/checkpoint.h"
 
-namespace remat::testing {
+namespace remat::models {
 
 class ResidualLayerImpl : public torch::nn::Module {
  public:
@@ -79,4 +79,4 @@ class LayerStackImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LayerStack);
 
-}  // namespace remat::testing
+}  // namespace remat::models

@@ -1,0 +1,105 @@
+// What checkpointing costs in time: (1) the fixed cost of one checkpoint call on a tiny function,
+// and (2) the step-time ratio checkpointed / unchecked on the 8-layer residual stack.
+// Prints a table and, with --json FILE, writes the same figures as JSON.
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "remat/checkpoint.h"
+#include "remat/memory.h"
+#include "remat/models/layer_stack.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+template <typename F>
+double seconds_per_call(int calls, F&& f) {
+  const auto start = Clock::now();
+  for (int i = 0; i < calls; ++i) f();
+  return std::chrono::duration<double>(Clock::now() - start).count() / calls;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"remat checkpoint benchmark: per-call overhead and step-time ratio"};
+  int calls = 2000, rounds = 7, steps = 5, threads = 2;
+  int64_t layers = 8, channels = 256, batch = 8, tokens = 256;
+  std::string json_path;
+  app.add_option("--calls", calls, "Calls per round of the per-call benchmark")->capture_default_str();
+  app.add_option("--rounds", rounds, "Interleaved rounds of the per-call benchmark")->capture_default_str();
+  app.add_option("--steps", steps, "Measured training steps per strategy")->capture_default_str();
+  app.add_option("--layers", layers)->capture_default_str();
+  app.add_option("--channels", channels)->capture_default_str();
+  app.add_option("--batch", batch)->capture_default_str();
+  app.add_option("--tokens", tokens)->capture_default_str();
+  app.add_option("--threads", threads)->capture_default_str();
+  app.add_option("--json", json_path, "Also write the figures to this JSON file");
+  CLI11_PARSE(app, argc, argv);
+  at::set_num_threads(threads);
+
+  // (1) Tiny function: 16 floats, two ops. Forward-only and forward+backward, interleaved rounds.
+  at::Tensor w = torch::randn({16}, torch::requires_grad());
+  at::Tensor x = torch::randn({16}, torch::requires_grad());
+  auto tiny = [&](const at::Tensor& in) { return (in * w).tanh(); };
+  std::vector<double> direct_fwd, ckpt_fwd, direct_step, ckpt_step;
+  for (int r = 0; r < rounds; ++r) {
+    direct_fwd.push_back(seconds_per_call(calls, [&] { tiny(x); }));
+    ckpt_fwd.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x); }));
+    direct_step.push_back(seconds_per_call(calls, [&] { tiny(x).sum().backward(); }));
+    ckpt_step.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x).sum().backward(); }));
+  }
+  const double us = 1e6;
+  std::cout << "Per call on a tiny function (16 floats, mul+tanh), median of " << rounds << " rounds of " << calls
+            << " calls:\n"
+            << "  forward only:        direct " << median(direct_fwd) * us << " us, checkpoint "
+            << median(ckpt_fwd) * us << " us, overhead " << (median(ckpt_fwd) - median(direct_fwd)) * us << " us\n"
+            << "  forward + backward:  direct " << median(direct_step) * us << " us, checkpoint "
+            << median(ckpt_step) * us << " us, overhead " << (median(ckpt_step) - median(direct_step)) * us
+            << " us\n";
+
+  // (2) Step time of the residual stack, plain vs checkpoint per layer, interleaved.
+  torch::manual_seed(0);
+  remat::models::LayerStack stack(layers, channels, 0.1);
+  at::Tensor input = torch::randn({batch, tokens, channels}).requires_grad_(true);
+  std::vector<double> plain_s, ckpt_s, plain_fwd, ckpt_fwd_s;
+  remat::install_cpu_memory_tracker();
+  for (int step = -1; step < steps; ++step) {
+    for (auto mode : {remat::models::StackMode::plain, remat::models::StackMode::checkpoint_each_layer}) {
+      stack->zero_grad();
+      auto m = remat::measure_step([&] { return stack->forward(input, mode).pow(2).mean(); });
+      if (step < 0) continue;
+      (mode == remat::models::StackMode::plain ? plain_s : ckpt_s).push_back(m.step_seconds);
+      (mode == remat::models::StackMode::plain ? plain_fwd : ckpt_fwd_s).push_back(m.forward_seconds);
+    }
+  }
+  std::cout << "Step of " << layers << " residual layers, " << batch << "x" << tokens << "x" << channels
+            << ", median of " << steps << " interleaved steps:\n"
+            << "  unchecked " << median(plain_s) << " s (forward " << median(plain_fwd) << " s), checkpoint per layer "
+            << median(ckpt_s) << " s (forward " << median(ckpt_fwd_s) << " s), ratio " << median(ckpt_s) / median(plain_s)
+            << "\n";
+
+  if (!json_path.empty()) {
+    nlohmann::json j = {{"tiny_forward_direct_us", median(direct_fwd) * us},
+                        {"tiny_forward_checkpoint_us", median(ckpt_fwd) * us},
+                        {"tiny_step_direct_us", median(direct_step) * us},
+                        {"tiny_step_checkpoint_us", median(ckpt_step) * us},
+                        {"stack_step_unchecked_s", median(plain_s)},
+                        {"stack_step_checkpointed_s", median(ckpt_s)},
+                        {"stack_step_ratio", median(ckpt_s) / median(plain_s)}};
+    std::ofstream(json_path) << j.dump(2) << "\n";
+  }
+  return 0;
+}

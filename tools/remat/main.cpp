@@ -1,0 +1,25 @@
+// The `remat` command-line program: one subcommand per job.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <c10/util/Exception.h>
+
+#include "demo_command.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
+  app.require_subcommand(1);
+  remat::cli::add_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
