@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages remat builds and runs with; installs nothing that is already there.
 # libopenblas0-pthread matters: without it LibTorch falls back to reference BLAS (~40x slower).
 set -euo pipefail
-packages=(cmake g++ make libtorch-dev libopenblas0-pthread libgtest-dev libcli11-dev nlohmann-json3-dev)
+packages=(cmake g++ make libtorch-dev libopenblas0-pthread libgtest-dev libcli11-dev nlohmann-json3-dev
+  fortunes-min fortunes)  # fortunes: the default training corpus (English text)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -5,10 +5,14 @@
 #include <c10/util/Exception.h>
 
 #include "demo_command.h"
+#include "plan_command.h"
+#include "train_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);
+  remat::cli::add_train_command(app);
+  remat::cli::add_plan_commands(app);
   remat::cli::add_demo_command(app);
   try {
     app.parse(argc, argv);

@@ -1,0 +1,44 @@
+// remat/chain.h — a model seen as an ordered chain of stages, the unit plans are made of.
+//
+// Stage i maps the activation a(i-1) to a(i); the first stage takes the model's input (tokens),
+// the last returns the loss. Boundaries lie on the residual stream, so keeping a(i) is all a
+// recompute from stage i+1 needs. Each stage lists the options it offers for what it keeps inside
+// (the first is the default, "full": keep everything its operations save).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace remat {
+
+/// What a stage is, for policies that pick stages by role ("checkpoint the feed-forward halves").
+enum class StageRole { input, block, attention, feed_forward, output };
+
+const char* to_string(StageRole role);
+
+struct StageInfo {
+  std::string name;                  ///< unique in the chain: "embed", "block3", "attn3", "mlp3", "head"
+  StageRole role = StageRole::block;
+  int64_t block = -1;                ///< index of the block it belongs to; -1 for input and output
+  std::vector<std::string> options;  ///< what it can keep; options[0] is the default
+};
+
+class Chain {
+ public:
+  virtual ~Chain() = default;
+  /// The stages, in order.
+  virtual const std::vector<StageInfo>& stages() const = 0;
+  /// How the chain cuts its blocks ("block" or "half"); plans record it.
+  virtual std::string granularity() const = 0;
+  /// Runs stage `index` on `input` with `option` (one of the stage's options).
+  virtual at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) = 0;
+
+  int64_t size() const { return static_cast<int64_t>(stages().size()); }
+  /// Number of blocks (the largest block index + 1).
+  int64_t num_blocks() const;
+};
+
+}  // namespace remat

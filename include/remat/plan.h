@@ -1,0 +1,55 @@
+// remat/plan.h — what to keep and what to recompute, for one chain.
+//
+// A plan is a sequence of items covering the chain's stages in order: an item either runs one
+// stage normally or checkpoints a segment, which is itself a sequence of items (its inner plan,
+// used when the segment is recomputed). Each stage also has an option saying what it keeps inside.
+// Compact form, with stage names, options after a colon and checkpointed segments in brackets:
+//
+//   embed [block0 block1] [block2 [block3]] block4:selective head
+//
+// Plans serialise to JSON and load with validation against the chain they are meant for.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "remat/chain.h"
+
+namespace remat {
+
+struct PlanItem {
+  int64_t stage = -1;              ///< >= 0: run this stage; -1: checkpoint `segment`
+  std::vector<PlanItem> segment;   ///< the checkpointed segment's inner plan
+
+  static PlanItem run(int64_t stage) { return PlanItem{stage, {}}; }
+  static PlanItem checkpointed(std::vector<PlanItem> items) { return PlanItem{-1, std::move(items)}; }
+  bool is_stage() const { return stage >= 0; }
+};
+
+struct Plan {
+  std::string granularity;               ///< the chain's, e.g. "block" or "half"
+  std::vector<std::string> stage_names;  ///< the chain's stage names, in order
+  std::vector<PlanItem> items;
+  std::vector<std::string> options;      ///< one per stage
+
+  /// Every stage run normally with its default option.
+  static Plan plain(const Chain& chain);
+
+  /// The compact form (see the top of this header).
+  std::string to_string() const;
+  std::string to_json() const;
+  /// Parses and checks a plan's JSON; `source` names it in errors (a file name).
+  static Plan from_json(const std::string& text, const std::string& source = "plan");
+
+  /// Throws a clear error unless the plan is well formed and made for `chain`.
+  void validate_against(const Chain& chain) const;
+
+  /// How many checkpointed segments enclose each stage (its recompute count per step).
+  std::vector<int64_t> recompute_depths() const;
+};
+
+/// Runs `chain` under `plan` on `input` (the model's input); returns the last stage's output.
+at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input);
+
+}  // namespace remat

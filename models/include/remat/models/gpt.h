@@ -1,0 +1,109 @@
+// A GPT-2-style decoder, and the same model seen as a chain of stages for remat's plans.
+//
+// Legend for shape comments: B batch, T tokens (sequence), C channels (hidden), NH heads,
+// HS head size (C / NH), V vocabulary.
+//
+//   tokens (B,T) ─ embed: wte + wpe, dropout ─ (B,T,C)
+//     N × block: x + drop(proj(attn(ln1 x)))      ← attention half
+//                x + drop(fc2(gelu(fc1(ln2 x))))  ← MLP half
+//   ─ head: ln_f, linear to V (no bias), cross-entropy ─ loss
+//
+// Attention computes explicit scores (B,NH,T,T), a causal mask, softmax and attention dropout.
+// Stage options (what a stage keeps inside):
+//   full       everything its operations save
+//   selective  Megatron-style: recompute softmax(QK^T)·V from q, k, v in backward
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include "remat/chain.h"
+
+namespace remat::models {
+
+struct GptConfig {
+  int64_t layers = 8;
+  int64_t hidden = 256;
+  int64_t heads = 8;
+  int64_t sequence = 256;
+  int64_t vocabulary = 256;
+  double dropout = 0.1;
+
+  /// Throws a clear error for impossible configurations (heads not dividing hidden, ...).
+  void validate() const;
+  bool operator==(const GptConfig& other) const;
+  /// "layers 8, hidden 256, heads 8, sequence 256, vocabulary 256, dropout 0.1"
+  std::string describe() const;
+};
+
+class GptBlockImpl : public torch::nn::Module {
+ public:
+  GptBlockImpl(const GptConfig& config);
+
+  at::Tensor attention_half(const at::Tensor& x, bool selective);  // (B,T,C) -> (B,T,C)
+  at::Tensor mlp_half(const at::Tensor& x);                         // (B,T,C) -> (B,T,C)
+
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
+
+ private:
+  at::Tensor core_attention(const at::Tensor& qkv_out);  // (B,T,3C) -> (B,T,C)
+  int64_t heads_;
+  double dropout_;
+  at::Tensor causal_mask_;  // (T,T) bool, true above the diagonal; not a buffer: not saved
+};
+TORCH_MODULE(GptBlock);
+
+class GptImpl : public torch::nn::Module {
+ public:
+  explicit GptImpl(const GptConfig& config);
+
+  at::Tensor embed(const at::Tensor& tokens);                            // (B,T) int64 -> (B,T,C)
+  at::Tensor logits(const at::Tensor& x);                                // (B,T,C) -> (B,T,V)
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& targets);       // (B,T,C), (B,T) -> scalar
+  /// The plain forward: tokens (B,T) and targets (B,T) to the mean cross-entropy.
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
+
+  const GptConfig& config() const { return config_; }
+
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  std::vector<GptBlock> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear head{nullptr};
+
+ private:
+  GptConfig config_;
+};
+TORCH_MODULE(Gpt);
+
+/// The GPT as a chain: embed, then per block either one stage ("block") or two ("half":
+/// attention half, MLP half), then head (which returns the loss against the targets set with
+/// `set_targets`). The chain keeps a reference to the model: keep both alive through backward.
+class GptChain : public Chain {
+ public:
+  GptChain(Gpt model, const std::string& granularity);
+
+  const std::vector<StageInfo>& stages() const override { return stages_; }
+  std::string granularity() const override { return granularity_; }
+  at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override;
+
+  /// The next-token targets (B,T) the head stage's loss uses.
+  void set_targets(const at::Tensor& targets) { targets_ = targets; }
+  Gpt model() const { return model_; }
+
+ private:
+  Gpt model_;
+  std::string granularity_;
+  std::vector<StageInfo> stages_;
+  at::Tensor targets_;
+};
+
+}  // namespace remat::models

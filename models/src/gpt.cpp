@@ -1,0 +1,164 @@
+#include "remat/models/gpt.h"
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/dropout.h>
+#include <torch/nn/functional/loss.h>
+#include <torch/nn/init.h>
+
+#include "remat/checkpoint.h"
+#include "remat/error.h"
+
+namespace remat::models {
+
+namespace F = torch::nn::functional;
+
+void GptConfig::validate() const {
+  REMAT_CHECK(layers >= 1, "the model needs at least one layer (--layers), got ", layers, ".");
+  REMAT_CHECK(hidden >= 1 && heads >= 1, "--hidden and --heads must be positive, got ", hidden, " and ", heads, ".");
+  REMAT_CHECK(hidden % heads == 0, "--heads (", heads, ") must divide --hidden (", hidden, "): each head gets hidden/heads ",
+              "channels. Try --heads ", std::gcd(hidden, heads) > 0 ? std::gcd(hidden, heads) : 1, ".");
+  REMAT_CHECK(sequence >= 1, "--seq must be at least 1, got ", sequence, ".");
+  REMAT_CHECK(vocabulary >= 2, "the vocabulary must have at least 2 tokens, got ", vocabulary, ".");
+  REMAT_CHECK(dropout >= 0.0 && dropout < 1.0, "--dropout must be in [0, 1), got ", dropout, ".");
+}
+
+bool GptConfig::operator==(const GptConfig& o) const {
+  return layers == o.layers && hidden == o.hidden && heads == o.heads && sequence == o.sequence &&
+         vocabulary == o.vocabulary && dropout == o.dropout;
+}
+
+std::string GptConfig::describe() const {
+  std::ostringstream os;
+  os << "layers " << layers << ", hidden " << hidden << ", heads " << heads << ", sequence " << sequence
+     << ", vocabulary " << vocabulary << ", dropout " << dropout;
+  return os.str();
+}
+
+GptBlockImpl::GptBlockImpl(const GptConfig& c) : heads_(c.heads), dropout_(c.dropout) {
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden})));
+  qkv = register_module("qkv", torch::nn::Linear(c.hidden, 3 * c.hidden));
+  proj = register_module("proj", torch::nn::Linear(c.hidden, c.hidden));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden})));
+  fc1 = register_module("fc1", torch::nn::Linear(c.hidden, 4 * c.hidden));
+  fc2 = register_module("fc2", torch::nn::Linear(4 * c.hidden, c.hidden));
+  causal_mask_ = torch::ones({c.sequence, c.sequence}, torch::kBool).triu(1);
+}
+
+at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out) {
+  const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, HS = C / heads_;
+  auto split = qkv_out.split(C, /*dim=*/2);
+  at::Tensor q = split[0].view({B, T, heads_, HS}).transpose(1, 2);  // (B,NH,T,HS)
+  at::Tensor k = split[1].view({B, T, heads_, HS}).transpose(1, 2);  // (B,NH,T,HS)
+  at::Tensor v = split[2].view({B, T, heads_, HS}).transpose(1, 2);  // (B,NH,T,HS)
+  at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(HS)));  // (B,NH,T,T)
+  if (causal_mask_.device() != scores.device()) causal_mask_ = causal_mask_.to(scores.device());
+  scores = scores.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T), -std::numeric_limits<float>::infinity());
+  at::Tensor probs = scores.softmax(-1);                                                 // (B,NH,T,T)
+  probs = F::dropout(probs, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  return probs.matmul(v).transpose(1, 2).contiguous().view({B, T, C});                 // (B,T,C)
+}
+
+at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, bool selective) {
+  at::Tensor qkv_out = qkv(ln1(x));  // (B,T,3C)
+  at::Tensor attended = selective
+                            ? checkpoint([this](const at::Tensor& in) { return core_attention(in); }, qkv_out,
+                                         CheckpointOptions().name("core attention"))
+                            : core_attention(qkv_out);  // (B,T,C)
+  return x + F::dropout(proj(attended), F::DropoutFuncOptions().p(dropout_).training(is_training()));
+}
+
+at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x) {
+  at::Tensor h = F::gelu(fc1(ln2(x)));  // (B,T,4C), erf GELU
+  return x + F::dropout(fc2(h), F::DropoutFuncOptions().p(dropout_).training(is_training()));
+}
+
+GptImpl::GptImpl(const GptConfig& config) : config_(config) {
+  config.validate();
+  wte = register_module("wte", torch::nn::Embedding(config.vocabulary, config.hidden));
+  wpe = register_module("wpe", torch::nn::Embedding(config.sequence, config.hidden));
+  for (int64_t i = 0; i < config.layers; ++i) {
+    blocks.push_back(register_module("block" + std::to_string(i), GptBlock(config)));
+  }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden})));
+  head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden, config.vocabulary).bias(false)));
+
+  // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·layers).
+  torch::NoGradGuard no_grad;
+  for (auto& p : named_parameters()) {
+    const std::string& name = p.key();
+    if (name.find("ln") != std::string::npos) continue;
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0) {
+      p.value().zero_();
+      continue;
+    }
+    const bool residual = name.find("proj.weight") != std::string::npos || name.find("fc2.weight") != std::string::npos;
+    torch::nn::init::normal_(p.value(), 0.0, residual ? 0.02 / std::sqrt(2.0 * config.layers) : 0.02);
+  }
+}
+
+at::Tensor GptImpl::embed(const at::Tensor& tokens) {
+  REMAT_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, "the GPT takes int64 tokens of shape (B, T).");
+  const int64_t T = tokens.size(1);
+  REMAT_CHECK(T <= config_.sequence, "the GPT was built for sequences of ", config_.sequence, " tokens, got ", T, ".");
+  at::Tensor positions = torch::arange(T, tokens.options());         // (T)
+  at::Tensor x = wte(tokens) + wpe(positions);                        // (B,T,C)
+  return F::dropout(x, F::DropoutFuncOptions().p(config_.dropout).training(is_training()));
+}
+
+at::Tensor GptImpl::logits(const at::Tensor& x) { return head(ln_f(x)); }
+
+at::Tensor GptImpl::loss(const at::Tensor& x, const at::Tensor& targets) {
+  at::Tensor l = logits(x);  // (B,T,V)
+  return F::cross_entropy(l.view({-1, l.size(-1)}), targets.reshape({-1}));
+}
+
+at::Tensor GptImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
+  at::Tensor x = embed(tokens);
+  for (auto& block : blocks) x = block->mlp_half(block->attention_half(x, /*selective=*/false));
+  return loss(x, targets);
+}
+
+GptChain::GptChain(Gpt model, const std::string& granularity) : model_(std::move(model)), granularity_(granularity) {
+  REMAT_CHECK(granularity == "block" || granularity == "half", "chain granularity must be 'block' or 'half', got '",
+              granularity, "'.");
+  const std::vector<std::string> block_options = {"full", "selective"};
+  stages_.push_back({"embed", StageRole::input, -1, {"full"}});
+  for (int64_t b = 0; b < static_cast<int64_t>(model_->blocks.size()); ++b) {
+    const std::string n = std::to_string(b);
+    if (granularity == "block") {
+      stages_.push_back({"block" + n, StageRole::block, b, block_options});
+    } else {
+      stages_.push_back({"attn" + n, StageRole::attention, b, block_options});
+      stages_.push_back({"mlp" + n, StageRole::feed_forward, b, {"full"}});
+    }
+  }
+  stages_.push_back({"head", StageRole::output, -1, {"full"}});
+}
+
+at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
+  const StageInfo& stage = stages_.at(index);
+  const bool selective = option == "selective";
+  switch (stage.role) {
+    case StageRole::input:
+      return model_->embed(input);
+    case StageRole::output:
+      REMAT_CHECK(targets_.defined(), "GptChain: set the targets before running the head stage.");
+      return model_->loss(input, targets_);
+    case StageRole::block: {
+      auto& block = model_->blocks[stage.block];
+      return block->mlp_half(block->attention_half(input, selective));
+    }
+    case StageRole::attention:
+      return model_->blocks[stage.block]->attention_half(input, selective);
+    case StageRole::feed_forward:
+      return model_->blocks[stage.block]->mlp_half(input);
+  }
+  return {};
+}
+
+}  // namespace remat::models

@@ -1,0 +1,233 @@
+#include "remat/plan.h"
+
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/checkpoint.h"
+#include "remat/error.h"
+
+namespace remat {
+
+const char* to_string(StageRole role) {
+  switch (role) {
+    case StageRole::input: return "input";
+    case StageRole::block: return "block";
+    case StageRole::attention: return "attention";
+    case StageRole::feed_forward: return "feed_forward";
+    case StageRole::output: return "output";
+  }
+  return "?";
+}
+
+int64_t Chain::num_blocks() const {
+  int64_t n = 0;
+  for (const auto& s : stages()) n = std::max(n, s.block + 1);
+  return n;
+}
+
+namespace {
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : " ") + n;
+  return out;
+}
+
+void append_compact(const Plan& plan, const std::vector<PlanItem>& items, std::string& out) {
+  for (const auto& item : items) {
+    if (!out.empty() && out.back() != '[') out += ' ';
+    if (item.is_stage()) {
+      out += plan.stage_names.at(item.stage);
+      const std::string& option = plan.options.at(item.stage);
+      if (option != "full") out += ":" + option;
+    } else {
+      out += '[';
+      append_compact(plan, item.segment, out);
+      out += ']';
+    }
+  }
+}
+
+nlohmann::json items_to_json(const Plan& plan, const std::vector<PlanItem>& items) {
+  nlohmann::json array = nlohmann::json::array();
+  for (const auto& item : items) {
+    if (item.is_stage()) {
+      array.push_back(plan.stage_names.at(item.stage));
+    } else {
+      array.push_back({{"checkpoint", items_to_json(plan, item.segment)}});
+    }
+  }
+  return array;
+}
+
+// Checks that `items` run stages next, next+1, ... in order; advances `next`.
+void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_t& next,
+                    const std::string& source) {
+  for (const auto& item : items) {
+    if (item.is_stage()) {
+      REMAT_CHECK(item.stage == next, source, ": stages must appear once each, in chain order; expected '",
+                  next < static_cast<int64_t>(plan.stage_names.size()) ? plan.stage_names[next] : "<end>",
+                  "' but found '", plan.stage_names.at(item.stage), "'.");
+      ++next;
+    } else {
+      REMAT_CHECK(!item.segment.empty(), source, ": a checkpointed segment is empty; give it at least one stage.");
+      check_coverage(item.segment, plan, next, source);
+    }
+  }
+}
+
+std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::vector<std::string>& names,
+                                      const std::string& source) {
+  REMAT_CHECK(array.is_array(), source, ": a plan or segment must be a JSON array of stage names and ",
+              "{\"checkpoint\": [...]} objects.");
+  std::vector<PlanItem> items;
+  for (const auto& element : array) {
+    if (element.is_string()) {
+      const auto name = element.get<std::string>();
+      const auto it = std::find(names.begin(), names.end(), name);
+      REMAT_CHECK(it != names.end(), source, ": unknown stage '", name, "'; the plan's stages are: ", join_names(names), ".");
+      items.push_back(PlanItem::run(it - names.begin()));
+    } else {
+      REMAT_CHECK(element.is_object() && element.size() == 1 && element.contains("checkpoint"), source,
+                  ": expected a stage name or {\"checkpoint\": [...]}, found ", element.dump(), ".");
+      items.push_back(PlanItem::checkpointed(items_from_json(element["checkpoint"], names, source)));
+    }
+  }
+  return items;
+}
+
+void collect_depths(const std::vector<PlanItem>& items, int64_t depth, std::vector<int64_t>& out) {
+  for (const auto& item : items) {
+    if (item.is_stage()) {
+      out.at(item.stage) = depth;
+    } else {
+      collect_depths(item.segment, depth + 1, out);
+    }
+  }
+}
+
+at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, const std::vector<PlanItem>& items,
+                     at::Tensor x) {
+  for (const auto& item : items) {
+    if (item.is_stage()) {
+      x = chain.forward_stage(item.stage, x, plan->options[item.stage]);
+      continue;
+    }
+    const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
+    int64_t first = -1, last = -1;
+    std::vector<int64_t> depths(plan->stage_names.size(), -1);
+    collect_depths(*segment, 0, depths);
+    for (size_t s = 0; s < depths.size(); ++s) {
+      if (depths[s] < 0) continue;
+      if (first < 0) first = static_cast<int64_t>(s);
+      last = static_cast<int64_t>(s);
+    }
+    const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
+    x = checkpoint([&chain, plan, segment](const at::Tensor& in) { return run_items(chain, plan, *segment, in); }, x,
+                   CheckpointOptions().name(name));
+  }
+  return x;
+}
+
+}  // namespace
+
+Plan Plan::plain(const Chain& chain) {
+  Plan plan;
+  plan.granularity = chain.granularity();
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    const auto& stage = chain.stages()[i];
+    plan.stage_names.push_back(stage.name);
+    plan.options.push_back(stage.options.at(0));
+    plan.items.push_back(PlanItem::run(i));
+  }
+  return plan;
+}
+
+std::string Plan::to_string() const {
+  std::string out;
+  append_compact(*this, items, out);
+  return out;
+}
+
+std::string Plan::to_json() const {
+  nlohmann::json j = {{"format", "remat-plan"}, {"version", 1}, {"granularity", granularity},
+                      {"stages", stage_names}, {"options", options}, {"plan", items_to_json(*this, items)}};
+  return j.dump(2);
+}
+
+Plan Plan::from_json(const std::string& text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected a plan written by `remat plan --save`.");
+  }
+  REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-plan", source,
+              ": not a remat plan (expected an object with \"format\": \"remat-plan\").");
+  REMAT_CHECK(j.value("version", 0) == 1, source, ": plan format version ", j.value("version", 0),
+              " is not supported; this remat reads version 1.");
+  auto require = [&](const char* field, bool ok, const char* what) {
+    REMAT_CHECK(j.contains(field) && ok, source, ": field '", field, "' must be ", what, ".");
+  };
+  require("granularity", j.contains("granularity") && j["granularity"].is_string(), "a string (\"block\" or \"half\")");
+  require("stages", j.contains("stages") && j["stages"].is_array() && !j["stages"].empty(),
+          "a non-empty array of stage names");
+  require("options", j.contains("options") && j["options"].is_array(), "an array with one option name per stage");
+  require("plan", j.contains("plan") && j["plan"].is_array(), "an array of stage names and {\"checkpoint\": [...]}");
+  Plan plan;
+  plan.granularity = j["granularity"].get<std::string>();
+  for (const auto& s : j["stages"]) {
+    REMAT_CHECK(s.is_string(), source, ": field 'stages' must hold strings, found ", s.dump(), ".");
+    plan.stage_names.push_back(s.get<std::string>());
+  }
+  for (const auto& o : j["options"]) {
+    REMAT_CHECK(o.is_string(), source, ": field 'options' must hold strings, found ", o.dump(), ".");
+    plan.options.push_back(o.get<std::string>());
+  }
+  REMAT_CHECK(plan.options.size() == plan.stage_names.size(), source, ": 'options' has ", plan.options.size(),
+              " entries but there are ", plan.stage_names.size(), " stages; give one option per stage.");
+  plan.items = items_from_json(j["plan"], plan.stage_names, source);
+  int64_t next = 0;
+  check_coverage(plan.items, plan, next, source);
+  REMAT_CHECK(next == static_cast<int64_t>(plan.stage_names.size()), source, ": the plan stops at stage '",
+              plan.stage_names[next], "'; it must cover every stage.");
+  return plan;
+}
+
+void Plan::validate_against(const Chain& chain) const {
+  std::vector<std::string> chain_names;
+  for (const auto& s : chain.stages()) chain_names.push_back(s.name);
+  REMAT_CHECK(granularity == chain.granularity() && stage_names == chain_names, "the plan was made for a chain of ",
+              stage_names.size(), " stages at granularity '", granularity, "' (", join_names(stage_names),
+              ") but this model's chain has ", chain_names.size(), " stages at granularity '", chain.granularity(),
+              "' (", join_names(chain_names), "). Make the plan for this model: same --layers and a policy of the ",
+              "same granularity.");
+  REMAT_CHECK(options.size() == chain_names.size(), "the plan has ", options.size(), " options for ",
+              chain_names.size(), " stages.");
+  for (size_t i = 0; i < options.size(); ++i) {
+    const auto& allowed = chain.stages()[i].options;
+    REMAT_CHECK(std::find(allowed.begin(), allowed.end(), options[i]) != allowed.end(), "stage '", chain_names[i],
+                "' has no option '", options[i], "'; it offers: ", join_names(allowed), ".");
+  }
+  int64_t next = 0;
+  check_coverage(items, *this, next, "the plan");
+  REMAT_CHECK(next == chain.size(), "the plan does not cover every stage of the chain.");
+}
+
+std::vector<int64_t> Plan::recompute_depths() const {
+  std::vector<int64_t> depths(stage_names.size(), 0);
+  collect_depths(items, 0, depths);
+  return depths;
+}
+
+at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
+  REMAT_CHECK(static_cast<int64_t>(plan.stage_names.size()) == chain.size(), "run_plan: the plan has ",
+              plan.stage_names.size(), " stages but the chain has ", chain.size(), "; validate the plan first.");
+  // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
+  auto shared = std::make_shared<const Plan>(plan);
+  return run_items(chain, shared, shared->items, input);
+}
+
+}  // namespace remat

@@ -1,0 +1,151 @@
+#include "remat/policies.h"
+
+#include <cmath>
+#include <set>
+
+#include "remat/error.h"
+
+namespace remat {
+namespace {
+
+struct PolicySpec {
+  std::string base;     // "block", "every", ...
+  int64_t k = 0;        // for every:K and segments:K
+  bool skip_ends = false;
+};
+
+const std::vector<PolicyDescription>& descriptions() {
+  static const std::vector<PolicyDescription> list = {
+      {"none", "keep every activation: most memory, no recompute"},
+      {"block", "checkpoint every block: keeps only block inputs, recomputes every block's forward once (~+33% step time)"},
+      {"every:K", "checkpoint runs of K blocks: keeps one boundary per K blocks, recomputes all blocks; peak grows with K"},
+      {"segments:K", "PyTorch's checkpoint_sequential over the blocks: K segments, the last one not checkpointed"},
+      {"sqrt", "ceil(sqrt(N)) checkpointed segments (Chen et al.): O(sqrt N) boundaries for one extra forward"},
+      {"ffn", "checkpoint only the MLP halves: their 4h-wide activations go, attention's stay; recomputes the MLPs"},
+      {"attn", "checkpoint only the attention halves: drops the s^2 attention maps, recomputes attention"},
+      {"ffn+attn", "checkpoint each half-block separately: like block but keeps the mid-block residual too"},
+      {"selective", "Megatron-style: recompute only softmax(QK^T)V; keeps all matmul inputs, little recompute"},
+      {"<policy>,skip-ends", "any policy with the first and last blocks left unchecked (they run plainly)"},
+  };
+  return list;
+}
+
+PolicySpec parse(const std::string& policy) {
+  PolicySpec spec;
+  std::string text = policy;
+  const std::string modifier = ",skip-ends";
+  if (text.size() > modifier.size() && text.compare(text.size() - modifier.size(), modifier.size(), modifier) == 0) {
+    spec.skip_ends = true;
+    text.resize(text.size() - modifier.size());
+  }
+  auto colon = text.find(':');
+  spec.base = text.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string number = text.substr(colon + 1);
+    REMAT_CHECK(spec.base == "every" || spec.base == "segments", "policy '", policy, "': only every:K and segments:K take a number.");
+    size_t used = 0;
+    try {
+      spec.k = std::stoll(number, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    REMAT_CHECK(used == number.size() && !number.empty() && spec.k >= 1, "policy '", policy,
+                "': K must be a whole number >= 1, as in ", spec.base, ":2.");
+  } else {
+    REMAT_CHECK(spec.base != "every" && spec.base != "segments", "policy '", policy, "' needs a number: ", spec.base, ":K.");
+  }
+  static const std::set<std::string> known = {"none", "block", "every", "segments", "sqrt", "ffn", "attn", "ffn+attn", "selective"};
+  if (known.count(spec.base) == 0) {
+    std::string names;
+    for (const auto& d : descriptions()) names += (names.empty() ? "" : ", ") + d.name;
+    REMAT_CHECK(false, "unknown policy '", policy, "'. Known policies: ", names, ". `remat policies` explains each.");
+  }
+  return spec;
+}
+
+// Stage ranges [begin, end) of each block, in order.
+std::vector<std::pair<int64_t, int64_t>> block_ranges(const Chain& chain) {
+  std::vector<std::pair<int64_t, int64_t>> ranges(chain.num_blocks(), {-1, -1});
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    const int64_t b = chain.stages()[i].block;
+    if (b < 0) continue;
+    if (ranges[b].first < 0) ranges[b].first = i;
+    ranges[b].second = i + 1;
+  }
+  return ranges;
+}
+
+}  // namespace
+
+std::vector<PolicyDescription> policy_descriptions() { return descriptions(); }
+
+std::string policy_granularity(const std::string& policy) {
+  const PolicySpec spec = parse(policy);
+  return spec.base == "ffn" || spec.base == "attn" || spec.base == "ffn+attn" ? "half" : "block";
+}
+
+Plan policy_plan(const std::string& policy, const Chain& chain) {
+  const PolicySpec spec = parse(policy);
+  REMAT_CHECK(chain.granularity() == policy_granularity(policy), "policy '", policy, "' needs a chain of granularity '",
+              policy_granularity(policy), "', got '", chain.granularity(), "'.");
+  Plan plan = Plan::plain(chain);
+  const auto blocks = block_ranges(chain);
+  const auto n = static_cast<int64_t>(blocks.size());
+  // The blocks a policy may touch: all, or all but the first and the last.
+  const int64_t first = spec.skip_ends ? std::min<int64_t>(1, n) : 0;
+  const int64_t last = spec.skip_ends ? std::max<int64_t>(first, n - 1) : n;  // exclusive
+  const int64_t candidates = last - first;
+
+  // Stage ranges to checkpoint, each as one segment.
+  std::vector<std::pair<int64_t, int64_t>> segments;
+  auto blocks_segment = [&](int64_t b0, int64_t b1) { segments.emplace_back(blocks[b0].first, blocks[b1 - 1].second); };
+  if (spec.base == "block") {
+    for (int64_t b = first; b < last; ++b) blocks_segment(b, b + 1);
+  } else if (spec.base == "every") {
+    for (int64_t b = first; b < last; b += spec.k) blocks_segment(b, std::min(b + spec.k, last));
+  } else if (spec.base == "segments") {
+    REMAT_CHECK(spec.k <= std::max<int64_t>(candidates, 1), "policy '", policy, "': K must be at most the number of blocks it ",
+                "applies to (", candidates, ").");
+    const int64_t size = candidates / spec.k;
+    for (int64_t s = 0; s + 1 < spec.k && size > 0; ++s) blocks_segment(first + s * size, first + (s + 1) * size);
+  } else if (spec.base == "sqrt" && candidates > 0) {
+    const auto count = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(candidates))));
+    const int64_t size = (candidates + count - 1) / count;
+    for (int64_t b = first; b < last; b += size) blocks_segment(b, std::min(b + size, last));
+  } else if (spec.base == "ffn" || spec.base == "attn" || spec.base == "ffn+attn") {
+    for (int64_t i = 0; i < chain.size(); ++i) {
+      const auto& stage = chain.stages()[i];
+      if (stage.block < first || stage.block >= last) continue;
+      const bool ffn = stage.role == StageRole::feed_forward && spec.base != "attn";
+      const bool attn = stage.role == StageRole::attention && spec.base != "ffn";
+      if (ffn || attn) segments.emplace_back(i, i + 1);
+    }
+  } else if (spec.base == "selective") {
+    for (int64_t i = 0; i < chain.size(); ++i) {
+      const auto& stage = chain.stages()[i];
+      if (stage.block < first || stage.block >= last) continue;
+      const auto& options = stage.options;
+      REMAT_CHECK(std::find(options.begin(), options.end(), "selective") != options.end(), "policy 'selective': stage '",
+                  stage.name, "' has no selective option.");
+      plan.options[i] = "selective";
+    }
+  }
+
+  std::vector<PlanItem> items;
+  size_t next_segment = 0;
+  for (int64_t i = 0; i < chain.size();) {
+    if (next_segment < segments.size() && segments[next_segment].first == i) {
+      std::vector<PlanItem> inner;
+      for (int64_t s = segments[next_segment].first; s < segments[next_segment].second; ++s) inner.push_back(PlanItem::run(s));
+      i = segments[next_segment].second;
+      ++next_segment;
+      items.push_back(PlanItem::checkpointed(std::move(inner)));
+    } else {
+      items.push_back(PlanItem::run(i++));
+    }
+  }
+  plan.items = std::move(items);
+  return plan;
+}
+
+}  // namespace remat

@@ -1,0 +1,122 @@
+// Plans: what each policy builds, the compact form, JSON round trips and validation errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/models/gpt.h"
+#include "remat/policies.h"
+
+using remat::Plan;
+using remat::models::Gpt;
+using remat::models::GptChain;
+using remat::models::GptConfig;
+
+namespace {
+
+GptConfig tiny(int64_t layers) {
+  GptConfig c;
+  c.layers = layers;
+  c.hidden = 16;
+  c.heads = 2;
+  c.sequence = 8;
+  return c;
+}
+
+std::string compact(const std::string& policy, int64_t layers = 4) {
+  GptChain chain(Gpt(tiny(layers)), remat::policy_granularity(policy));
+  Plan plan = remat::policy_plan(policy, chain);
+  plan.validate_against(chain);
+  return plan.to_string();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "no error";
+}
+
+#define EXPECT_ERROR(statement, fragment) EXPECT_NE(error_of([&] { statement; }).find(fragment), std::string::npos) \
+    << error_of([&] { statement; })
+
+const char* kValidPlan = R"({"format": "remat-plan", "version": 1, "granularity": "block",
+  "stages": ["embed", "block0", "block1", "head"], "options": ["full", "full", "selective", "full"],
+  "plan": ["embed", {"checkpoint": ["block0", {"checkpoint": ["block1"]}]}, "head"]})";
+
+}  // namespace
+
+TEST(Policies, BuildTheDocumentedPlans) {
+  EXPECT_EQ(compact("none"), "embed block0 block1 block2 block3 head");
+  EXPECT_EQ(compact("block"), "embed [block0] [block1] [block2] [block3] head");
+  EXPECT_EQ(compact("every:3"), "embed [block0 block1 block2] [block3] head");
+  EXPECT_EQ(compact("segments:2"), "embed [block0 block1] block2 block3 head");
+  EXPECT_EQ(compact("segments:3", 7), "embed [block0 block1] [block2 block3] block4 block5 block6 head");
+  EXPECT_EQ(compact("sqrt"), "embed [block0 block1] [block2 block3] head");
+  EXPECT_EQ(compact("sqrt", 8), "embed [block0 block1 block2] [block3 block4 block5] [block6 block7] head");
+  EXPECT_EQ(compact("ffn", 2), "embed attn0 [mlp0] attn1 [mlp1] head");
+  EXPECT_EQ(compact("attn", 2), "embed [attn0] mlp0 [attn1] mlp1 head");
+  EXPECT_EQ(compact("ffn+attn", 2), "embed [attn0] [mlp0] [attn1] [mlp1] head");
+  EXPECT_EQ(compact("selective", 2), "embed block0:selective block1:selective head");
+  EXPECT_EQ(compact("block,skip-ends"), "embed block0 [block1] [block2] block3 head");
+  EXPECT_EQ(compact("every:2,skip-ends", 6), "embed block0 [block1 block2] [block3 block4] block5 head");
+  EXPECT_EQ(compact("ffn,skip-ends", 3), "embed attn0 mlp0 attn1 [mlp1] attn2 mlp2 head");
+  EXPECT_EQ(compact("block,skip-ends", 2), "embed block0 block1 head");
+}
+
+TEST(Policies, EveryPolicyIsDescribed) {
+  const auto list = remat::policy_descriptions();
+  EXPECT_GE(list.size(), 10u);
+  for (const auto& p : list) EXPECT_FALSE(p.tradeoff.empty()) << p.name;
+}
+
+TEST(Policies, RejectUnknownNamesAndBadNumbers) {
+  EXPECT_ERROR(remat::policy_granularity("blocks"), "unknown policy 'blocks'. Known policies: none, block");
+  EXPECT_ERROR(remat::policy_granularity("every"), "needs a number: every:K");
+  EXPECT_ERROR(remat::policy_granularity("every:0"), "K must be a whole number >= 1");
+  EXPECT_ERROR(remat::policy_granularity("every:2x"), "K must be a whole number >= 1");
+  EXPECT_ERROR(remat::policy_granularity("block:2"), "only every:K and segments:K take a number");
+  EXPECT_ERROR(compact("segments:5"), "K must be at most the number of blocks");
+}
+
+TEST(Plan, JsonRoundTripKeepsNestingAndOptions) {
+  const Plan plan = Plan::from_json(kValidPlan, "nested.json");
+  EXPECT_EQ(plan.to_string(), "embed [block0 [block1:selective]] head");
+  EXPECT_EQ(plan.recompute_depths(), (std::vector<int64_t>{0, 1, 2, 0}));
+  const Plan again = Plan::from_json(plan.to_json());
+  EXPECT_EQ(again.to_string(), plan.to_string());
+  EXPECT_EQ(again.options, plan.options);
+  GptChain chain(Gpt(tiny(2)), "block");
+  plan.validate_against(chain);
+}
+
+TEST(Plan, MalformedJsonIsAClearError) {
+  EXPECT_ERROR(Plan::from_json("{not json", "p.json"), "p.json: not valid JSON");
+  EXPECT_ERROR(Plan::from_json("[]", "p.json"), "not a remat plan");
+  EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 7})", "p.json"), "version 7 is not supported");
+  EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 1, "granularity": "block"})", "p.json"),
+               "field 'stages' must be");
+  auto with_plan = [](const std::string& plan_array, const std::string& options = R"(["full","full","full","full"])") {
+    return R"({"format": "remat-plan", "version": 1, "granularity": "block",
+      "stages": ["embed", "block0", "block1", "head"], "options": )" + options + R"(, "plan": )" + plan_array + "}";
+  };
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block7", "block1", "head"])")), "unknown stage 'block7'");
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block1", "block0", "head"])")), "expected 'block0' but found 'block1'");
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block0", "block1", "head"])")), "expected 'block1' but found 'block0'");
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"checkpoint": []}, "block0", "block1", "head"])")), "segment is empty");
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0"])")), "the plan stops at stage 'block1'");
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"keep": ["block0"]}, "block1", "head"])")), "expected a stage name or");
+  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block1", "head"])", R"(["full"])")), "'options' has 1 entries");
+}
+
+TEST(Plan, APlanForAnotherChainIsRefused) {
+  const Plan plan = Plan::from_json(kValidPlan);  // 2 blocks
+  GptChain four_blocks(Gpt(tiny(4)), "block");
+  EXPECT_ERROR(plan.validate_against(four_blocks), "the plan was made for a chain of 4 stages at granularity 'block'");
+  GptChain halves(Gpt(tiny(2)), "half");
+  EXPECT_ERROR(plan.validate_against(halves), "this model's chain has 6 stages at granularity 'half'");
+  Plan bad_option = Plan::from_json(kValidPlan);
+  bad_option.options[3] = "selective";
+  GptChain two(Gpt(tiny(2)), "block");
+  EXPECT_ERROR(bad_option.validate_against(two), "stage 'head' has no option 'selective'; it offers: full");
+}

@@ -1,0 +1,231 @@
+// Training the GPT: every policy trains exactly like `none`, resume equals a straight run, and bad
+// input (flags, data, plans, saved state) is a clear error that leaves saved state untouched.
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/policies.h"
+#include "remat/train/state_dir.h"
+#include "remat/train/trainer.h"
+#include "support/compare.h"
+
+namespace fs = std::filesystem;
+using remat::train::Trainer;
+using remat::train::TrainOptions;
+
+namespace {
+
+TrainOptions small_run(const std::string& policy = "none") {
+  TrainOptions o;
+  o.model.layers = 4;
+  o.model.hidden = 32;
+  o.model.heads = 4;
+  o.model.sequence = 16;
+  o.model.dropout = 0.1;
+  o.batch = 2;
+  o.lr = 3e-3;
+  o.warmup_steps = 5;
+  o.policy = policy;
+  o.seed = 7;
+  return o;
+}
+
+struct RunOutcome {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, at::Tensor>> parameters;
+};
+
+RunOutcome train_steps(Trainer& trainer, int steps) {
+  RunOutcome out;
+  for (int i = 0; i < steps; ++i) out.losses.push_back(trainer.step().loss);
+  for (const auto& p : trainer.model()->named_parameters()) out.parameters.emplace_back(p.key(), p.value().detach().clone());
+  return out;
+}
+
+void expect_same_parameters(const RunOutcome& a, const RunOutcome& b) {
+  ASSERT_EQ(a.parameters.size(), b.parameters.size());
+  for (size_t i = 0; i < a.parameters.size(); ++i) {
+    EXPECT_TRUE(remat::testing::bitwise_equal(a.parameters[i].second, b.parameters[i].second)) << a.parameters[i].first;
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "no error";
+}
+
+#define EXPECT_ERROR(statement, fragment) \
+  do { const std::string message_ = error_of([&] { statement; }); \
+       EXPECT_NE(message_.find(fragment), std::string::npos) << message_; } while (0)
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("remat-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+void write_file(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+TEST(Train, EveryPolicyTrainsExactlyLikeNone) {
+  Trainer reference(small_run("none"));
+  const RunOutcome none = train_steps(reference, 3);
+  for (const std::string policy : {"block", "every:2", "segments:2", "sqrt", "ffn", "attn", "ffn+attn", "selective",
+                                   "block,skip-ends", "every:3,skip-ends", "attn,skip-ends"}) {
+    SCOPED_TRACE("policy " + policy);
+    Trainer trainer(small_run(policy));
+    const RunOutcome outcome = train_steps(trainer, 3);
+    EXPECT_EQ(outcome.losses, none.losses);
+    expect_same_parameters(none, outcome);
+  }
+}
+
+TEST(Train, ANestedPlanFromAFileTrainsExactlyLikeNone) {
+  TempDir dir;
+  write_file(dir / "nested.json", R"({"format": "remat-plan", "version": 1, "granularity": "block",
+    "stages": ["embed", "block0", "block1", "block2", "block3", "head"],
+    "options": ["full", "full", "selective", "full", "full", "full"],
+    "plan": [{"checkpoint": ["embed", {"checkpoint": ["block0"]}, "block1"]},
+             {"checkpoint": [{"checkpoint": ["block2", "block3"]}, "head"]}]})");
+  Trainer reference(small_run("none"));
+  const RunOutcome none = train_steps(reference, 3);
+  TrainOptions o = small_run();
+  o.plan_file = (dir / "nested.json").string();
+  Trainer trainer(o);
+  EXPECT_EQ(trainer.plan().to_string(), "[embed [block0] block1:selective] [[block2 block3] head]");
+  const RunOutcome outcome = train_steps(trainer, 3);
+  EXPECT_EQ(outcome.losses, none.losses);
+  expect_same_parameters(none, outcome);
+}
+
+TEST(Train, LossFallsOnTheDefaultCorpus) {
+  TrainOptions o = small_run("block");
+  Trainer trainer(o);
+  const RunOutcome outcome = train_steps(trainer, 40);
+  EXPECT_GT(outcome.losses.front(), 5.0);  // ~ln(256) = 5.55 at initialisation
+  EXPECT_LT(outcome.losses.back(), outcome.losses.front() - 1.0);
+}
+
+TEST(Train, ResumeGivesTheParametersOfAStraightRun) {
+  TempDir dir;
+  Trainer straight(small_run("block"));
+  const RunOutcome forty = train_steps(straight, 40);
+
+  TrainOptions first_half = small_run("block");
+  Trainer first(first_half);
+  train_steps(first, 20);
+  first.save((dir / "state").string());
+
+  TrainOptions second_half = small_run("selective");  // the policy may change; the model may not
+  second_half.resume_dir = (dir / "state").string();
+  Trainer second(second_half);
+  EXPECT_EQ(second.global_step(), 20);
+  const RunOutcome resumed = train_steps(second, 20);
+  EXPECT_EQ(std::vector<double>(forty.losses.begin() + 20, forty.losses.end()), resumed.losses);
+  expect_same_parameters(forty, resumed);
+}
+
+TEST(Train, BadModelFlagsDataAndPlansAreClearErrors) {
+  TrainOptions o = small_run();
+  o.model.heads = 5;
+  EXPECT_ERROR(Trainer{o}, "--heads (5) must divide --hidden (32)");
+  EXPECT_ERROR(Trainer{small_run("nonsense")}, "unknown policy 'nonsense'");
+
+  TempDir dir;
+  o = small_run();
+  o.data_file = (dir / "missing.txt").string();
+  EXPECT_ERROR(Trainer{o}, "does not exist; --data takes a text file");
+  write_file(dir / "empty.txt", "");
+  o.data_file = (dir / "empty.txt").string();
+  EXPECT_ERROR(Trainer{o}, "is empty");
+  write_file(dir / "short.txt", "too short");
+  o.data_file = (dir / "short.txt").string();
+  EXPECT_ERROR(Trainer{o}, "fewer than one training window of --seq + 1 = 17 bytes");
+  o = small_run();
+  o.corpus_dir = (dir / "no-fortunes").string();
+  EXPECT_ERROR(Trainer{o}, "Install Debian's `fortunes` package");
+
+  o = small_run();
+  o.plan_file = (dir / "absent.json").string();
+  EXPECT_ERROR(Trainer{o}, "plan file '");
+  write_file(dir / "two-layers.json", R"({"format": "remat-plan", "version": 1, "granularity": "block",
+    "stages": ["embed", "block0", "block1", "head"], "options": ["full", "full", "full", "full"],
+    "plan": ["embed", {"checkpoint": ["block0"]}, "block1", "head"]})");
+  o.plan_file = (dir / "two-layers.json").string();
+  EXPECT_ERROR(Trainer{o}, "the plan was made for a chain of 4 stages");
+}
+
+TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesNothing) {
+  TempDir dir;
+  const std::string state = (dir / "state").string();
+  {
+    Trainer trainer(small_run());
+    train_steps(trainer, 2);
+    trainer.save(state);
+  }
+  const fs::path step_dir = fs::path(state) / "step-000002";
+  const std::string model_bytes = read_file(step_dir / "model.pt");
+
+  TrainOptions other = small_run();
+  other.model.hidden = 64;
+  other.resume_dir = state;
+  EXPECT_ERROR(Trainer{other}, "was saved for a model with hidden 32 but this run asks for 64");
+  TrainOptions missing = small_run();
+  missing.resume_dir = (dir / "nowhere").string();
+  EXPECT_ERROR(Trainer{missing}, "is not a directory of saved state");
+
+  // Truncated: a crash of some other writer, or a copy cut short.
+  write_file(dir / "model.backup", model_bytes);
+  write_file(step_dir / "model.pt", model_bytes.substr(0, model_bytes.size() / 2));
+  TrainOptions resume = small_run();
+  resume.resume_dir = state;
+  EXPECT_ERROR(Trainer{resume}, "is truncated or was changed");
+  // Same size, one byte flipped.
+  std::string flipped = model_bytes;
+  flipped[flipped.size() / 2] ^= 0x5a;
+  write_file(step_dir / "model.pt", flipped);
+  EXPECT_ERROR(Trainer{resume}, "does not match its checksum");
+  EXPECT_EQ(read_file(step_dir / "model.pt"), flipped) << "a failed resume must not write";
+
+  write_file(step_dir / "model.pt", model_bytes);
+  Trainer ok(resume);
+  EXPECT_EQ(ok.global_step(), 2);
+}
+
+TEST(StateDir, ACrashWhileSavingKeepsThePreviousState) {
+  TempDir dir;
+  remat::train::save_state_dir(dir.path(), 1, {{"step", 1}}, [](const fs::path& into) { write_file(into / "a.bin", "first"); });
+  EXPECT_THROW(remat::train::save_state_dir(dir.path(), 2, {{"step", 2}},
+                                            [](const fs::path& into) {
+                                              write_file(into / "a.bin", "half-writ");
+                                              throw std::runtime_error("disk full");
+                                            }),
+               std::runtime_error);
+  const auto [state, meta] = remat::train::load_state_dir(dir.path());
+  EXPECT_EQ(meta["step"], 1);
+  EXPECT_EQ(read_file(state / "a.bin"), "first");
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++entries;
+  EXPECT_EQ(entries, 2) << "only 'latest' and step-000001 remain: no temporary directory is left behind";
+}

@@ -1,0 +1,30 @@
+// Saved training state on disk, written so that a crash at any moment loses nothing.
+//
+//   DIR/latest              the name of the newest complete state ("step-000040"), replaced atomically
+//   DIR/step-000040/        one complete state: the files the trainer writes, plus meta.json
+//                           holding the size and FNV-1a checksum of each of them
+//
+// A state is written into a temporary directory, flushed, renamed into place, and only then does
+// `latest` (written to a temporary file and renamed over) point at it; older states go last.
+// Loading checks every file's size and checksum before anything is read into the model.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace remat::train {
+
+/// Writes a state: `write_files(directory)` writes its files into `directory`; `meta` is stored
+/// as meta.json with the checksums added. Returns the state's directory.
+std::filesystem::path save_state_dir(const std::filesystem::path& dir, int64_t step, nlohmann::json meta,
+                                     const std::function<void(const std::filesystem::path&)>& write_files);
+
+/// Finds the newest complete state in `dir`, verifies its files, and returns its directory and
+/// meta.json. Throws a clear error for a missing, truncated or corrupt state.
+std::pair<std::filesystem::path, nlohmann::json> load_state_dir(const std::filesystem::path& dir);
+
+}  // namespace remat::train

@@ -1,0 +1,83 @@
+// Training the GPT on a text corpus under a checkpointing plan, one measured step at a time.
+//
+//   remat::train::TrainOptions options;       // model, optimiser, data, policy or plan file
+//   remat::train::Trainer trainer(options);   // builds (or resumes) everything, validating input
+//   for (int i = 0; i < options.steps; ++i) trainer.step();
+//   trainer.save("run1");                     // atomic: a crash keeps the previous state
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/optim/adamw.h>
+
+#include "remat/models/gpt.h"
+#include "remat/plan.h"
+#include "remat/train/corpus.h"
+
+namespace remat::train {
+
+struct TrainOptions {
+  models::GptConfig model;
+  int64_t batch = 8;
+  double lr = 1e-3;             ///< peak learning rate, reached after `warmup_steps`
+  int64_t warmup_steps = 20;    ///< linear warm-up from lr/warmup to lr
+  double weight_decay = 0.01;
+  int64_t steps = 100;          ///< steps this run performs (a resumed run continues its count)
+  std::string policy = "none";  ///< a policy name; ignored when `plan_file` is set
+  std::string plan_file;        ///< a plan saved as JSON (remat plan --save)
+  int threads = 2;
+  uint64_t seed = 0;
+  std::string data_file;                            ///< empty: the default corpus
+  std::string corpus_dir = kDefaultCorpusDir;       ///< where the default corpus lives
+  std::string resume_dir;                           ///< continue from this saved state
+};
+
+struct StepRecord {
+  int64_t step = 0;                 ///< global step number, from 1
+  double loss = 0;
+  double seconds = 0;               ///< forward + backward + optimiser update
+  int64_t activation_peak_bytes = 0;
+  int64_t tokens = 0;
+};
+
+struct CompareResult {
+  int64_t plan_activation_peak_bytes = 0, none_activation_peak_bytes = 0;
+  double plan_step_seconds = 0, none_step_seconds = 0;  ///< medians, interleaved steps
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainOptions options);
+
+  StepRecord step();
+  /// Saves model, optimiser, step, config, plan and RNG states to `dir` atomically.
+  void save(const std::string& dir) const;
+  /// Measures `steps` interleaved forward+backward passes of the plan and of `none` on one batch,
+  /// without updating the model.
+  CompareResult compare(int steps);
+  /// Generates `length` bytes after `prompt` by sampling (own generator: training RNG untouched).
+  std::string sample(const std::string& prompt, int64_t length, uint64_t seed);
+
+  const Plan& plan() const { return plan_; }
+  const std::string& plan_source() const { return plan_source_; }
+  models::Gpt model() const { return model_; }
+  int64_t global_step() const { return step_; }
+  const TrainOptions& options() const { return options_; }
+  const Corpus& corpus() const { return *corpus_; }
+
+ private:
+  TrainOptions options_;
+  std::unique_ptr<Corpus> corpus_;
+  std::unique_ptr<BatchSampler> sampler_;
+  models::Gpt model_{nullptr};
+  std::unique_ptr<models::GptChain> chain_;
+  Plan plan_;
+  std::string plan_source_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t step_ = 0;
+};
+
+}  // namespace remat::train

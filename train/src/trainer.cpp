@@ -1,0 +1,194 @@
+#include "remat/train/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <ATen/Parallel.h>
+#include <torch/serialize.h>
+#include <torch/utils.h>
+
+#include "remat/error.h"
+#include "remat/memory.h"
+#include "remat/policies.h"
+#include "remat/train/state_dir.h"
+
+namespace remat::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json config_json(const models::GptConfig& c) {
+  return {{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads}, {"sequence", c.sequence},
+          {"vocabulary", c.vocabulary}, {"dropout", c.dropout}};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+std::string read_text(const std::string& path, const std::string& what) {
+  std::error_code error;
+  REMAT_CHECK(fs::is_regular_file(path, error), what, " '", path, "' does not exist or is not a file.");
+  std::ifstream in(path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void check_options(const TrainOptions& o) {
+  o.model.validate();
+  REMAT_CHECK(o.model.vocabulary == 256, "the byte-level corpus needs --vocab 256, got ", o.model.vocabulary, ".");
+  REMAT_CHECK(o.batch >= 1, "--batch must be at least 1, got ", o.batch, ".");
+  REMAT_CHECK(o.lr > 0 && o.lr < 10, "--lr must be in (0, 10), got ", o.lr, ".");
+  REMAT_CHECK(o.warmup_steps >= 0, "--warmup must be >= 0, got ", o.warmup_steps, ".");
+  REMAT_CHECK(o.steps >= 0, "--steps must be >= 0, got ", o.steps, ".");
+  REMAT_CHECK(o.threads >= 1, "--threads must be at least 1, got ", o.threads, ".");
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
+  check_options(options_);
+  at::set_num_threads(options_.threads);
+  install_cpu_memory_tracker();
+
+  // Everything that can be wrong with the input is checked before any state is touched.
+  corpus_ = std::make_unique<Corpus>(options_.data_file.empty() ? Corpus::from_fortunes(options_.corpus_dir)
+                                                                : Corpus::from_file(options_.data_file));
+  std::optional<Plan> loaded_plan;
+  if (!options_.plan_file.empty()) {
+    loaded_plan = Plan::from_json(read_text(options_.plan_file, "plan file"), options_.plan_file);
+    plan_source_ = options_.plan_file;
+  }
+  const std::string granularity = loaded_plan ? loaded_plan->granularity : policy_granularity(options_.policy);
+  REMAT_CHECK(granularity == "block" || granularity == "half", options_.plan_file, ": granularity '", granularity,
+              "' is not one this model offers ('block' or 'half').");
+
+  std::pair<fs::path, nlohmann::json> resumed;
+  if (!options_.resume_dir.empty()) {
+    resumed = load_state_dir(options_.resume_dir);
+    const auto& meta = resumed.second;
+    REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), "--resume: '",
+                resumed.first.string(), "/meta.json' lacks config, step or sampler state; the state is corrupt.");
+    const auto saved = meta["config"];
+    const auto wanted = config_json(options_.model);
+    for (const auto& [key, value] : wanted.items()) {
+      REMAT_CHECK(saved.contains(key) && saved[key] == value, "--resume: the state in '", options_.resume_dir,
+                  "' was saved for a model with ", key, " ", saved.value(key, nlohmann::json()).dump(),
+                  " but this run asks for ", value.dump(), ". Use the same model flags as the saved run.");
+    }
+    REMAT_CHECK(meta.value("batch", int64_t{0}) == options_.batch, "--resume: the saved run used --batch ",
+                meta.value("batch", int64_t{0}), ", this run asks for ", options_.batch, ".");
+  }
+
+  torch::manual_seed(options_.seed);
+  model_ = models::Gpt(options_.model);
+  model_->train();
+  chain_ = std::make_unique<models::GptChain>(model_, granularity);
+  plan_ = loaded_plan ? *loaded_plan : policy_plan(options_.policy, *chain_);
+  if (!loaded_plan) plan_source_ = "policy " + options_.policy;
+  plan_.validate_against(*chain_);
+  optimizer_ = std::make_unique<torch::optim::AdamW>(
+      model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
+  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch, options_.model.sequence, options_.seed);
+
+  if (!options_.resume_dir.empty()) {
+    const auto& [state, meta] = resumed;
+    try {
+      torch::load(model_, (state / "model.pt").string());
+      torch::load(*optimizer_, (state / "optimizer.pt").string());
+      at::Tensor rng;
+      torch::load(rng, (state / "rng.pt").string());
+      at::Generator generator = at::detail::getDefaultCPUGenerator();
+      generator.set_state(rng);
+    } catch (const c10::Error& e) {
+      REMAT_CHECK(false, "--resume: cannot load the state in '", state.string(), "': ", e.what_without_backtrace());
+    }
+    sampler_->set_state(meta["sampler"].get<std::string>());
+    step_ = meta["step"].get<int64_t>();
+  }
+}
+
+StepRecord Trainer::step() {
+  auto [tokens, targets] = sampler_->next();
+  ++step_;
+  const double warmup = static_cast<double>(std::max<int64_t>(options_.warmup_steps, 1));
+  const double lr = options_.lr * std::min(1.0, static_cast<double>(step_) / warmup);
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+
+  const auto start = std::chrono::steady_clock::now();
+  optimizer_->zero_grad();
+  chain_->set_targets(targets);
+  at::Tensor loss;
+  const StepMeasurement m = measure_step([&] {
+    loss = run_plan(*chain_, plan_, tokens);
+    return loss;
+  });
+  optimizer_->step();
+  StepRecord record;
+  record.step = step_;
+  record.loss = loss.item<double>();
+  record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  record.activation_peak_bytes = m.activation_peak_bytes();
+  record.tokens = tokens.numel();
+  return record;
+}
+
+void Trainer::save(const std::string& dir) const {
+  nlohmann::json meta = {{"format", "remat-train-state"}, {"version", 1}, {"step", step_},
+                         {"config", config_json(options_.model)}, {"batch", options_.batch},
+                         {"sampler", sampler_->state()}, {"plan", plan_.to_string()}};
+  save_state_dir(dir, step_, meta, [&](const fs::path& into) {
+    torch::save(model_, (into / "model.pt").string());
+    torch::save(*optimizer_, (into / "optimizer.pt").string());
+    torch::save(at::detail::getDefaultCPUGenerator().get_state(), (into / "rng.pt").string());
+  });
+}
+
+CompareResult Trainer::compare(int steps) {
+  auto [tokens, targets] = sampler_->next();
+  chain_->set_targets(targets);
+  const Plan none = Plan::plain(*chain_);
+  std::vector<double> plan_s, none_s;
+  CompareResult result;
+  for (int i = -1; i < steps; ++i) {  // one warm-up round
+    for (const Plan* p : std::initializer_list<const Plan*>{&none, &plan_}) {
+      optimizer_->zero_grad();
+      const auto m = measure_step([&] { return run_plan(*chain_, *p, tokens); });
+      if (i < 0) continue;
+      const bool is_plan = p == &plan_;
+      (is_plan ? plan_s : none_s).push_back(m.step_seconds);
+      auto& peak = is_plan ? result.plan_activation_peak_bytes : result.none_activation_peak_bytes;
+      peak = std::max(peak, m.activation_peak_bytes());
+    }
+  }
+  optimizer_->zero_grad();
+  result.plan_step_seconds = median(plan_s);
+  result.none_step_seconds = median(none_s);
+  return result;
+}
+
+std::string Trainer::sample(const std::string& prompt, int64_t length, uint64_t seed) {
+  REMAT_CHECK(!prompt.empty(), "sample: the prompt must not be empty.");
+  torch::NoGradGuard no_grad;
+  model_->eval();
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  std::string text = prompt;
+  for (int64_t i = 0; i < length; ++i) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(text.size()), options_.model.sequence);
+    at::Tensor tokens = torch::empty({1, T}, torch::kLong);
+    for (int64_t t = 0; t < T; ++t) tokens[0][t] = static_cast<unsigned char>(text[text.size() - T + t]);
+    at::Tensor x = model_->embed(tokens);
+    for (auto& block : model_->blocks) x = block->mlp_half(block->attention_half(x, false));
+    at::Tensor probs = (model_->logits(x)[0][T - 1] / 0.8).softmax(-1);
+    text += static_cast<char>(at::multinomial(probs, 1, false, generator).item<int64_t>());
+  }
+  model_->train();
+  return text;
+}
+
+}  // namespace remat::train
