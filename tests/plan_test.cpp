@@ -58,6 +58,7 @@ TEST(Policies, BuildTheDocumentedPlans) {
   EXPECT_EQ(compact("attn", 2), "embed [attn0] mlp0 [attn1] mlp1 head");
   EXPECT_EQ(compact("ffn+attn", 2), "embed [attn0] [mlp0] [attn1] [mlp1] head");
   EXPECT_EQ(compact("selective", 2), "embed block0:selective block1:selective head");
+  EXPECT_EQ(compact("matmul-inputs", 2), "embed block0:matmul-inputs block1:matmul-inputs head");
   EXPECT_EQ(compact("block,skip-ends"), "embed block0 [block1] [block2] block3 head");
   EXPECT_EQ(compact("every:2,skip-ends", 6), "embed block0 [block1 block2] [block3 block4] block5 head");
   EXPECT_EQ(compact("ffn,skip-ends", 3), "embed attn0 mlp0 attn1 [mlp1] attn2 mlp2 head");

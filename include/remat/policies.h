@@ -1,6 +1,7 @@
 // remat/policies.h — the field's rules of thumb as plan builders.
 //
-//   none  block  every:K  segments:K  sqrt  ffn  attn  ffn+attn  selective   (+ ",skip-ends")
+//   none  block  every:K  segments:K  sqrt  ffn  attn  ffn+attn  selective  matmul-inputs
+//   and any of them with ",skip-ends" (first and last blocks exempt)
 //
 // A policy first says which granularity of chain it needs (whole blocks or half-blocks), then
 // builds a plan for such a chain. `remat policies` prints each with its trade-off.

@@ -11,11 +11,20 @@
 #include <torch/nn/init.h>
 
 #include "remat/checkpoint.h"
+#include "remat/models/fused_ops.h"
 #include "remat/error.h"
 
 namespace remat::models {
 
 namespace F = torch::nn::functional;
+
+Keep parse_keep(const std::string& option) {
+  if (option == "full") return Keep::full;
+  if (option == "selective") return Keep::selective;
+  if (option == "matmul-inputs") return Keep::matmul_inputs;
+  REMAT_CHECK(false, "unknown stage option '", option, "'; use full, selective or matmul-inputs.");
+  return Keep::full;
+}
 
 void GptConfig::validate() const {
   REMAT_CHECK(layers >= 1, "the model needs at least one layer (--layers), got ", layers, ".");
@@ -63,18 +72,26 @@ at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out) {
   return probs.matmul(v).transpose(1, 2).contiguous().view({B, T, C});                 // (B,T,C)
 }
 
-at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, bool selective) {
-  at::Tensor qkv_out = qkv(ln1(x));  // (B,T,3C)
-  at::Tensor attended = selective
+at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep) {
+  at::Tensor qkv_out = keep == Keep::matmul_inputs  // (B,T,3C)
+                           ? layer_norm_linear(x, ln1->weight, ln1->bias, ln1->options.eps(), qkv->weight, qkv->bias)
+                           : qkv(ln1(x));
+  at::Tensor attended = keep == Keep::selective
                             ? checkpoint([this](const at::Tensor& in) { return core_attention(in); }, qkv_out,
                                          CheckpointOptions().name("core attention"))
                             : core_attention(qkv_out);  // (B,T,C)
   return x + F::dropout(proj(attended), F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
-at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x) {
-  at::Tensor h = F::gelu(fc1(ln2(x)));  // (B,T,4C), erf GELU
-  return x + F::dropout(fc2(h), F::DropoutFuncOptions().p(dropout_).training(is_training()));
+at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x, Keep keep) {
+  at::Tensor out;  // (B,T,C)
+  if (keep == Keep::matmul_inputs) {
+    at::Tensor u = layer_norm_linear(x, ln2->weight, ln2->bias, ln2->options.eps(), fc1->weight, fc1->bias);  // (B,T,4C)
+    out = gelu_linear(u, fc2->weight, fc2->bias);
+  } else {
+    out = fc2(F::gelu(fc1(ln2(x))));  // GELU output (B,T,4C) kept for fc2, erf GELU
+  }
+  return x + F::dropout(out, F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {
@@ -119,14 +136,14 @@ at::Tensor GptImpl::loss(const at::Tensor& x, const at::Tensor& targets) {
 
 at::Tensor GptImpl::forward(const at::Tensor& tokens, const at::Tensor& targets) {
   at::Tensor x = embed(tokens);
-  for (auto& block : blocks) x = block->mlp_half(block->attention_half(x, /*selective=*/false));
+  for (auto& block : blocks) x = block->mlp_half(block->attention_half(x));
   return loss(x, targets);
 }
 
 GptChain::GptChain(Gpt model, const std::string& granularity) : model_(std::move(model)), granularity_(granularity) {
   REMAT_CHECK(granularity == "block" || granularity == "half", "chain granularity must be 'block' or 'half', got '",
               granularity, "'.");
-  const std::vector<std::string> block_options = {"full", "selective"};
+  const std::vector<std::string> block_options = {"full", "selective", "matmul-inputs"};
   stages_.push_back({"embed", StageRole::input, -1, {"full"}});
   for (int64_t b = 0; b < static_cast<int64_t>(model_->blocks.size()); ++b) {
     const std::string n = std::to_string(b);
@@ -134,7 +151,7 @@ GptChain::GptChain(Gpt model, const std::string& granularity) : model_(std::move
       stages_.push_back({"block" + n, StageRole::block, b, block_options});
     } else {
       stages_.push_back({"attn" + n, StageRole::attention, b, block_options});
-      stages_.push_back({"mlp" + n, StageRole::feed_forward, b, {"full"}});
+      stages_.push_back({"mlp" + n, StageRole::feed_forward, b, {"full", "matmul-inputs"}});
     }
   }
   stages_.push_back({"head", StageRole::output, -1, {"full"}});
@@ -142,7 +159,7 @@ GptChain::GptChain(Gpt model, const std::string& granularity) : model_(std::move
 
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
   const StageInfo& stage = stages_.at(index);
-  const bool selective = option == "selective";
+  const Keep keep = parse_keep(option);
   switch (stage.role) {
     case StageRole::input:
       return model_->embed(input);
@@ -151,12 +168,12 @@ at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const
       return model_->loss(input, targets_);
     case StageRole::block: {
       auto& block = model_->blocks[stage.block];
-      return block->mlp_half(block->attention_half(input, selective));
+      return block->mlp_half(block->attention_half(input, keep), keep == Keep::selective ? Keep::full : keep);
     }
     case StageRole::attention:
-      return model_->blocks[stage.block]->attention_half(input, selective);
+      return model_->blocks[stage.block]->attention_half(input, keep);
     case StageRole::feed_forward:
-      return model_->blocks[stage.block]->mlp_half(input);
+      return model_->blocks[stage.block]->mlp_half(input, keep);
   }
   return {};
 }

@@ -183,7 +183,7 @@ std::string Trainer::sample(const std::string& prompt, int64_t length, uint64_t 
     at::Tensor tokens = torch::empty({1, T}, torch::kLong);
     for (int64_t t = 0; t < T; ++t) tokens[0][t] = static_cast<unsigned char>(text[text.size() - T + t]);
     at::Tensor x = model_->embed(tokens);
-    for (auto& block : model_->blocks) x = block->mlp_half(block->attention_half(x, false));
+    for (auto& block : model_->blocks) x = block->mlp_half(block->attention_half(x));
     at::Tensor probs = (model_->logits(x)[0][T - 1] / 0.8).softmax(-1);
     text += static_cast<char>(at::multinomial(probs, 1, false, generator).item<int64_t>());
   }

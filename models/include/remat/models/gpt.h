@@ -10,8 +10,11 @@
 //
 // Attention computes explicit scores (B,NH,T,T), a causal mask, softmax and attention dropout.
 // Stage options (what a stage keeps inside):
-//   full       everything its operations save
-//   selective  Megatron-style: recompute softmax(QK^T)·V from q, k, v in backward
+//   full           everything its operations save
+//   selective      Megatron-style: recompute softmax(QK^T)·V from q, k, v in backward
+//   matmul-inputs  recompute LayerNorm and GELU outputs (cheap) for the matmuls that consume them
+//                  instead of keeping them (fused_ops.h); softmax stays, since its backward needs
+//                  its output and recomputing it pays only with P·V recomputed too (selective)
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,10 @@
 #include "remat/chain.h"
 
 namespace remat::models {
+
+/// What a block keeps inside (see the stage options above).
+enum class Keep { full, selective, matmul_inputs };
+Keep parse_keep(const std::string& option);
 
 struct GptConfig {
   int64_t layers = 8;
@@ -48,8 +55,8 @@ class GptBlockImpl : public torch::nn::Module {
  public:
   GptBlockImpl(const GptConfig& config);
 
-  at::Tensor attention_half(const at::Tensor& x, bool selective);  // (B,T,C) -> (B,T,C)
-  at::Tensor mlp_half(const at::Tensor& x);                         // (B,T,C) -> (B,T,C)
+  at::Tensor attention_half(const at::Tensor& x, Keep keep = Keep::full);  // (B,T,C) -> (B,T,C)
+  at::Tensor mlp_half(const at::Tensor& x, Keep keep = Keep::full);        // (B,T,C) -> (B,T,C)
 
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};

@@ -1,0 +1,112 @@
+// The GPT and its chain: the chain computes the model's loss, stage options keep what they claim,
+// and the fused operations compute the unfused gradients.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/memory.h"
+#include "remat/models/fused_ops.h"
+#include "remat/models/gpt.h"
+#include "remat/plan.h"
+#include "remat/policies.h"
+#include "support/compare.h"
+
+using remat::models::Gpt;
+using remat::models::GptChain;
+using remat::models::GptConfig;
+
+namespace {
+
+GptConfig config() {
+  GptConfig c;
+  c.layers = 3;
+  c.hidden = 32;
+  c.heads = 4;
+  c.sequence = 16;
+  c.dropout = 0.1;
+  return c;
+}
+
+std::pair<at::Tensor, at::Tensor> batch(int64_t b, int64_t t) {
+  at::Tensor tokens = torch::randint(0, 256, {b, t}, torch::kLong);
+  return {tokens, torch::randint(0, 256, {b, t}, torch::kLong)};
+}
+
+}  // namespace
+
+TEST(Gpt, ChainUnderThePlainPlanComputesTheModelsLoss) {
+  torch::manual_seed(0);
+  Gpt model(config());
+  auto [tokens, targets] = batch(2, 16);
+  torch::manual_seed(1);
+  const at::Tensor direct = model->forward(tokens, targets);
+  for (const std::string granularity : {"block", "half"}) {
+    GptChain chain(model, granularity);
+    chain.set_targets(targets);
+    torch::manual_seed(1);
+    EXPECT_TRUE(remat::testing::bitwise_equal(direct, remat::run_plan(chain, remat::Plan::plain(chain), tokens)))
+        << granularity;
+  }
+}
+
+TEST(Gpt, ConfigErrorsAreClear) {
+  GptConfig c = config();
+  c.heads = 5;
+  try {
+    Gpt model(c);
+    FAIL();
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("--heads (5) must divide --hidden (32)"), std::string::npos);
+  }
+}
+
+TEST(FusedOps, ComputeTheUnfusedValuesAndGradients) {
+  torch::manual_seed(0);
+  torch::nn::LayerNorm ln(torch::nn::LayerNormOptions({8}));
+  torch::nn::Linear up(8, 32), down(32, 8);
+  {
+    torch::NoGradGuard no_grad;  // non-trivial affine parameters, so their gradients are tested
+    ln->weight.normal_();
+    ln->bias.normal_();
+  }
+  at::Tensor x = torch::randn({3, 5, 8}, torch::requires_grad());
+
+  auto grads = [&](bool fused) {
+    for (auto* m : std::initializer_list<torch::nn::Module*>{ln.get(), up.get(), down.get()}) m->zero_grad();
+    x.mutable_grad().reset();
+    at::Tensor y = fused ? remat::models::gelu_linear(
+                               remat::models::layer_norm_linear(x, ln->weight, ln->bias, 1e-5, up->weight, up->bias),
+                               down->weight, down->bias)
+                         : down(torch::gelu(up(ln(x))));
+    y.pow(2).sum().backward();
+    return std::vector<at::Tensor>{y.detach(), x.grad().clone(), ln->weight.grad().clone(), ln->bias.grad().clone(),
+                                   up->weight.grad().clone(), up->bias.grad().clone(), down->weight.grad().clone(),
+                                   down->bias.grad().clone()};
+  };
+  const auto unfused = grads(false), fused = grads(true);
+  EXPECT_TRUE(remat::testing::bitwise_equal(unfused[0], fused[0])) << "the forward must be exactly the unfused one";
+  for (size_t i = 1; i < unfused.size(); ++i) {
+    EXPECT_TRUE(unfused[i].allclose(fused[i], 1e-5, 1e-6)) << "gradient " << i;
+  }
+}
+
+TEST(Gpt, MatmulInputsOptionDropsTheLayerNormAndGeluOutputsExactly) {
+  remat::install_cpu_memory_tracker();
+  torch::manual_seed(0);
+  GptConfig c = config();
+  c.dropout = 0.0;
+  Gpt model(c);
+  auto [tokens, targets] = batch(2, 16);
+  GptChain chain(model, "block");
+  chain.set_targets(targets);
+  auto held_after_forward = [&](const std::string& policy) {
+    const remat::Plan plan = remat::policy_plan(policy, chain);
+    model->zero_grad();
+    return remat::measure_step([&] { return remat::run_plan(chain, plan, tokens); }).activation_bytes_at_end_of_forward();
+  };
+  held_after_forward("none");  // allocate the gradients once, before measuring
+  const int64_t full = held_after_forward("none");
+  const int64_t matmul_inputs = held_after_forward("matmul-inputs");
+  const int64_t btc_bytes = 2 * 16 * c.hidden * 4;
+  // Per block: LN1 and LN2 outputs (B·T·C each) and the GELU output (B·T·4C).
+  EXPECT_EQ(full - matmul_inputs, c.layers * 6 * btc_bytes);
+}
