@@ -11,6 +11,7 @@
 #include <torch/nn/init.h>
 
 #include "remat/checkpoint.h"
+#include "remat/models/estimator.h"
 #include "remat/models/fused_ops.h"
 #include "remat/error.h"
 
@@ -140,22 +141,29 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, const at::Tensor& targets)
   return loss(x, targets);
 }
 
-GptChain::GptChain(Gpt model, const std::string& granularity) : model_(std::move(model)), granularity_(granularity) {
+std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity) {
   REMAT_CHECK(granularity == "block" || granularity == "half", "chain granularity must be 'block' or 'half', got '",
               granularity, "'.");
   const std::vector<std::string> block_options = {"full", "selective", "matmul-inputs"};
-  stages_.push_back({"embed", StageRole::input, -1, {"full"}});
-  for (int64_t b = 0; b < static_cast<int64_t>(model_->blocks.size()); ++b) {
+  std::vector<StageInfo> stages;
+  stages.push_back({"embed", StageRole::input, -1, {"full"}});
+  for (int64_t b = 0; b < layers; ++b) {
     const std::string n = std::to_string(b);
     if (granularity == "block") {
-      stages_.push_back({"block" + n, StageRole::block, b, block_options});
+      stages.push_back({"block" + n, StageRole::block, b, block_options});
     } else {
-      stages_.push_back({"attn" + n, StageRole::attention, b, block_options});
-      stages_.push_back({"mlp" + n, StageRole::feed_forward, b, {"full", "matmul-inputs"}});
+      stages.push_back({"attn" + n, StageRole::attention, b, block_options});
+      stages.push_back({"mlp" + n, StageRole::feed_forward, b, {"full", "matmul-inputs"}});
     }
   }
-  stages_.push_back({"head", StageRole::output, -1, {"full"}});
+  stages.push_back({"head", StageRole::output, -1, {"full"}});
+  return stages;
 }
+
+GptChain::GptChain(Gpt model, const std::string& granularity)
+    : model_(std::move(model)),
+      granularity_(granularity),
+      stages_(gpt_stages(static_cast<int64_t>(model_->blocks.size()), granularity)) {}
 
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
   const StageInfo& stage = stages_.at(index);

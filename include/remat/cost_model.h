@@ -1,0 +1,66 @@
+// remat/cost_model.h — what each stage of a chain costs, and the one simulator that turns a plan
+// and those costs into a predicted activation peak and step time.
+//
+// Per stage i (input a(i-1), output a(i)) and per option o (what it keeps inside):
+//   forward_seconds       uf: recording forward            backward_seconds  ub
+//   nograd_seconds        forward without recording (inside a checkpointed segment)
+//   output_bytes          x: the output a(i); its gradient is the same size
+//   kept_bytes            xbar: held after a recording forward, output included, input excluded
+//   forward_extra_bytes   of: transient peak of a recording forward above x(i-1) + xbar
+//   nograd_extra_bytes    og: transient peak of a no-grad forward above x(i-1) + x
+//   backward_extra_bytes  ob: transient peak of backward above a(i-1) + δ(i-1) + abar(i) + δ(i)
+// The first stage's input (the batch) and the parameters and their gradients are held before the
+// forward: "activation" bytes exclude them. (Rotor's model, Beaumont et al. 2019; docs/planner.md.)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "remat/plan.h"
+
+namespace remat {
+
+struct StageOptionCost {
+  std::string option;
+  double forward_seconds = 0, backward_seconds = 0;
+  int64_t kept_bytes = 0, forward_extra_bytes = 0, backward_extra_bytes = 0;
+};
+
+struct StageCost {
+  std::string name;
+  int64_t output_bytes = 0;
+  int64_t input_grad_bytes = 0;  ///< bytes of δ(i-1); 0 for a first stage whose input needs no grad
+  double nograd_seconds = 0;
+  int64_t nograd_extra_bytes = 0;
+  std::vector<StageOptionCost> options;  ///< options[0] is the stage's default
+
+  const StageOptionCost& option(const std::string& name) const;
+};
+
+/// Costs of a whole chain, with where they came from (measured or estimated).
+struct CostTable {
+  std::string granularity;
+  std::vector<StageCost> stages;
+  std::string source;  ///< e.g. "profiled: 3 runs, CPU, 2 threads" or "estimated: fp16"
+
+  std::string to_json() const;
+  static CostTable from_json(const std::string& text, const std::string& source_name = "profile");
+  /// One row per stage and option, sizes in MiB, times in ms (llm.c's memory table, with time).
+  std::string to_table() const;
+  /// Throws unless the table has the chain's stages and every option the plan may use.
+  void validate_against(const Chain& chain) const;
+};
+
+/// What the simulator predicts for a plan.
+struct Prediction {
+  int64_t peak_bytes = 0;     ///< activation peak, relative to what is held before the forward
+  double step_seconds = 0;    ///< forward + backward + recomputes
+  int64_t recomputed_stages = 0;
+};
+
+/// The simulator every planner, test and benchmark shares. Plans whose checkpointed segments end
+/// at the end of their enclosing range are accepted and costed as written.
+Prediction simulate(const Plan& plan, const CostTable& costs);
+
+}  // namespace remat

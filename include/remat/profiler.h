@@ -1,0 +1,29 @@
+// remat/profiler.h — measuring a chain's cost table on a sample batch.
+//
+//   remat::CostTable costs = remat::profile_chain(chain, tokens);
+//   std::cout << costs.to_table();
+//
+// Each stage runs on its real input (the previous stages' output) with each of its options: a
+// recording forward, a backward, and a forward as a checkpointed segment runs it (graph recorded,
+// saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
+// times are medians of `repeats` runs after `warmup` runs. Parameter gradients are allocated by
+// the warm-up, as they are in training after the first step.
+#pragma once
+
+#include <torch/arg.h>
+
+#include "remat/chain.h"
+#include "remat/cost_model.h"
+
+namespace remat {
+
+struct ProfileOptions {
+  /// Measured runs per stage and option; times are their medians.
+  TORCH_ARG(int, repeats) = 3;
+  /// Unmeasured runs first (allocations, caches).
+  TORCH_ARG(int, warmup) = 1;
+};
+
+CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options = {});
+
+}  // namespace remat

@@ -1,0 +1,64 @@
+// Analytic activation memory and FLOPs of the GPT, for configurations too big to run here.
+//
+// Counts, op by op, the bytes each operation of a block keeps for backward and its FLOPs, sums
+// them into a cost table of the same form the profiler measures (so the same simulator and
+// planners apply), and compares the per-layer total with Korthikanti et al. (2022):
+// s·b·h·(34 + 5·a·s/h) bytes for 16-bit activations with 1-byte dropout masks.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "remat/chain.h"
+#include "remat/cost_model.h"
+#include "remat/models/gpt.h"
+
+namespace remat::models {
+
+struct EstimateOptions {
+  std::string dtype = "fp32";       ///< fp32, bf16 or fp16: bytes per activation element
+  int64_t batch = 1;
+  std::string granularity = "block";
+  double flops_per_second = 1e11;   ///< turns FLOPs into the cost table's seconds
+  /// Bytes per dropout-mask element: 1 as in Megatron's fused kernels; LibTorch 1.13's CPU dropout
+  /// keeps a noise tensor of the activation dtype instead (pass 0 to use the element size).
+  int64_t dropout_mask_bytes = 1;
+};
+
+struct OpEstimate {
+  std::string half;   ///< "attention" or "mlp"
+  std::string what;   ///< the kept tensor and the operation that keeps it
+  int64_t kept_bytes = 0;
+  double forward_flops = 0;
+};
+
+struct GptEstimate {
+  std::vector<OpEstimate> block_ops;  ///< one block, option "full"
+  int64_t block_bytes = 0;            ///< sum of block_ops
+  int64_t published_block_bytes = 0;  ///< s·b·h·(34 + 5·a·s/h), the 16-bit published figure
+  double block_forward_flops = 0;
+  CostTable costs;                    ///< for the whole chain at the chosen granularity
+};
+
+int64_t element_bytes(const std::string& dtype);
+
+GptEstimate estimate_gpt(const GptConfig& config, const EstimateOptions& options);
+
+/// The GPT's chain of stages without a model behind it: for planning configurations that are
+/// only estimated. forward_stage throws.
+class GptChainShape : public Chain {
+ public:
+  GptChainShape(int64_t layers, const std::string& granularity);
+  const std::vector<StageInfo>& stages() const override { return stages_; }
+  std::string granularity() const override { return granularity_; }
+  at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override;
+
+ private:
+  std::string granularity_;
+  std::vector<StageInfo> stages_;
+};
+
+/// The stages of a GPT with `layers` blocks at `granularity` ("block" or "half").
+std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity);
+
+}  // namespace remat::models

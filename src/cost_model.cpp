@@ -1,0 +1,200 @@
+#include "remat/cost_model.h"
+
+#include <algorithm>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/error.h"
+
+namespace remat {
+
+const StageOptionCost& StageCost::option(const std::string& wanted) const {
+  for (const auto& o : options) {
+    if (o.option == wanted) return o;
+  }
+  REMAT_CHECK(false, "the cost table has no option '", wanted, "' for stage '", name, "'; profile the model again.");
+  return options.front();
+}
+
+namespace {
+
+struct Simulated {
+  int64_t peak = 0;
+  double seconds = 0;
+};
+
+// The cost of back-propagating items covering stages [s, t], with a(s-1) held outside the count
+// and δ(t) counted: the recurrence of docs/planner.md, applied to one given plan.
+Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64_t s, int64_t t, const Plan& plan,
+                         const CostTable& costs) {
+  Simulated result;
+  if (first >= items.size()) return result;
+  const auto& item = items[first];
+  const auto& stages = costs.stages;
+  const int64_t grad_t = stages[t].output_bytes;
+  if (item.is_stage()) {
+    const StageCost& c = stages[s];
+    const StageOptionCost& o = c.option(plan.options[s]);
+    result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
+                           c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes);
+    result.seconds = o.forward_seconds + o.backward_seconds;
+    if (first + 1 < items.size()) {
+      const Simulated rest = simulate_items(items, first + 1, s + 1, t, plan, costs);
+      result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
+      result.seconds += rest.seconds;
+    }
+    return result;
+  }
+  // A checkpointed segment [s, e]: a forward that keeps only boundaries, then (after the rest's
+  // backward) its inner plan with δ(e) counted.
+  int64_t e = s - 1;
+  std::function<void(const std::vector<PlanItem>&)> last_stage = [&](const std::vector<PlanItem>& inner) {
+    for (const auto& i : inner) {
+      if (i.is_stage()) e = std::max(e, i.stage);
+      else last_stage(i.segment);
+    }
+  };
+  last_stage(item.segment);
+  for (int64_t k = s; k <= e; ++k) {
+    const int64_t held_input = k == s ? 0 : stages[k - 1].output_bytes;
+    result.peak = std::max(result.peak, grad_t + held_input + stages[k].output_bytes + stages[k].nograd_extra_bytes);
+    result.seconds += stages[k].nograd_seconds;
+  }
+  if (first + 1 < items.size()) {
+    const Simulated rest = simulate_items(items, first + 1, e + 1, t, plan, costs);
+    result.peak = std::max(result.peak, stages[e].output_bytes + rest.peak);
+    result.seconds += rest.seconds;
+  }
+  const Simulated inner = simulate_items(item.segment, 0, s, e, plan, costs);
+  result.peak = std::max(result.peak, inner.peak);
+  result.seconds += inner.seconds;
+  return result;
+}
+
+}  // namespace
+
+Prediction simulate(const Plan& plan, const CostTable& costs) {
+  REMAT_CHECK(plan.stage_names.size() == costs.stages.size(), "simulate: the plan has ", plan.stage_names.size(),
+              " stages but the cost table ", costs.stages.size(), ".");
+  const auto n = static_cast<int64_t>(costs.stages.size());
+  const Simulated s = simulate_items(plan.items, 0, 0, n - 1, plan, costs);
+  Prediction p;
+  p.peak_bytes = s.peak;
+  p.step_seconds = s.seconds;
+  for (int64_t d : plan.recompute_depths()) p.recomputed_stages += d;
+  return p;
+}
+
+std::string CostTable::to_json() const {
+  nlohmann::json stages_json = nlohmann::json::array();
+  for (const auto& s : stages) {
+    nlohmann::json options_json = nlohmann::json::array();
+    for (const auto& o : s.options) {
+      options_json.push_back({{"option", o.option}, {"forward_seconds", o.forward_seconds},
+                              {"backward_seconds", o.backward_seconds}, {"kept_bytes", o.kept_bytes},
+                              {"forward_extra_bytes", o.forward_extra_bytes},
+                              {"backward_extra_bytes", o.backward_extra_bytes}});
+    }
+    stages_json.push_back({{"name", s.name}, {"output_bytes", s.output_bytes}, {"input_grad_bytes", s.input_grad_bytes},
+                           {"nograd_seconds", s.nograd_seconds}, {"nograd_extra_bytes", s.nograd_extra_bytes},
+                           {"options", options_json}});
+  }
+  return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
+                         {"stages", stages_json}})
+      .dump(2);
+}
+
+CostTable CostTable::from_json(const std::string& text, const std::string& source_name) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    REMAT_CHECK(false, source_name, ": not valid JSON (", e.what(), "). Expected a profile written by `remat profile --save`.");
+  }
+  REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-costs" && j.value("version", 0) == 1, source_name,
+              ": not a remat cost table (expected \"format\": \"remat-costs\", \"version\": 1).");
+  CostTable table;
+  try {
+    table.granularity = j.at("granularity").get<std::string>();
+    table.source = j.value("source", source_name);
+    for (const auto& s : j.at("stages")) {
+      StageCost c;
+      c.name = s.at("name").get<std::string>();
+      c.output_bytes = s.at("output_bytes").get<int64_t>();
+      c.input_grad_bytes = s.at("input_grad_bytes").get<int64_t>();
+      c.nograd_seconds = s.at("nograd_seconds").get<double>();
+      c.nograd_extra_bytes = s.at("nograd_extra_bytes").get<int64_t>();
+      for (const auto& o : s.at("options")) {
+        StageOptionCost oc;
+        oc.option = o.at("option").get<std::string>();
+        oc.forward_seconds = o.at("forward_seconds").get<double>();
+        oc.backward_seconds = o.at("backward_seconds").get<double>();
+        oc.kept_bytes = o.at("kept_bytes").get<int64_t>();
+        oc.forward_extra_bytes = o.at("forward_extra_bytes").get<int64_t>();
+        oc.backward_extra_bytes = o.at("backward_extra_bytes").get<int64_t>();
+        c.options.push_back(oc);
+      }
+      REMAT_CHECK(!c.options.empty(), source_name, ": stage '", c.name, "' has no options.");
+      table.stages.push_back(c);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    REMAT_CHECK(false, source_name, ": malformed cost table (", e.what(), ").");
+  }
+  REMAT_CHECK(!table.stages.empty(), source_name, ": the cost table has no stages.");
+  for (const auto& s : table.stages) {
+    bool ok = s.output_bytes >= 0 && s.input_grad_bytes >= 0 && s.nograd_seconds >= 0 && s.nograd_extra_bytes >= 0;
+    for (const auto& o : s.options) {
+      ok = ok && o.forward_seconds >= 0 && o.backward_seconds >= 0 && o.kept_bytes >= 0 && o.forward_extra_bytes >= 0 &&
+           o.backward_extra_bytes >= 0;
+    }
+    REMAT_CHECK(ok, source_name, ": stage '", s.name, "' has a negative size or time.");
+  }
+  return table;
+}
+
+std::string CostTable::to_table() const {
+  std::ostringstream os;
+  auto mib = [](int64_t b) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20);
+    return s.str();
+  };
+  auto ms = [](double seconds) {
+    std::ostringstream s;
+    s << std::fixed << std::setprecision(2) << seconds * 1e3;
+    return s.str();
+  };
+  os << "costs (" << source << "), sizes in MiB, times in ms\n";
+  os << std::left << std::setw(10) << "stage" << std::setw(15) << "option" << std::right << std::setw(9) << "output"
+     << std::setw(9) << "kept" << std::setw(9) << "fwd+" << std::setw(9) << "bwd+" << std::setw(9) << "nograd+"
+     << std::setw(9) << "fwd ms" << std::setw(9) << "bwd ms" << std::setw(10) << "nograd ms" << "\n";
+  int64_t total_kept = 0;
+  for (const auto& s : stages) {
+    for (size_t i = 0; i < s.options.size(); ++i) {
+      const auto& o = s.options[i];
+      os << std::left << std::setw(10) << (i == 0 ? s.name : "") << std::setw(15) << o.option << std::right
+         << std::setw(9) << (i == 0 ? mib(s.output_bytes) : "") << std::setw(9) << mib(o.kept_bytes) << std::setw(9)
+         << mib(o.forward_extra_bytes) << std::setw(9) << mib(o.backward_extra_bytes) << std::setw(9)
+         << (i == 0 ? mib(s.nograd_extra_bytes) : "") << std::setw(9) << ms(o.forward_seconds) << std::setw(9)
+         << ms(o.backward_seconds) << std::setw(10) << (i == 0 ? ms(s.nograd_seconds) : "") << "\n";
+    }
+    total_kept += s.options.front().kept_bytes;
+  }
+  os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
+  return os.str();
+}
+
+void CostTable::validate_against(const Chain& chain) const {
+  REMAT_CHECK(granularity == chain.granularity() && static_cast<int64_t>(stages.size()) == chain.size(),
+              "the cost table describes ", stages.size(), " stages at granularity '", granularity,
+              "' but the chain has ", chain.size(), " at '", chain.granularity(), "'; profile this model.");
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    REMAT_CHECK(stages[i].name == chain.stages()[i].name, "the cost table's stage ", i, " is '", stages[i].name,
+                "' but the chain's is '", chain.stages()[i].name, "'; profile this model.");
+  }
+}
+
+}  // namespace remat

@@ -1,0 +1,302 @@
+#include "remat/planner.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "remat/error.h"
+
+namespace remat {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit; }
+
+// Stage costs in memory units, option by option (rounded up: feasible in units => fits in bytes).
+struct UnitStage {
+  int64_t x = 0, input_grad = 0, nograd_extra = 0;
+  double nograd_seconds = 0;
+  struct Option {
+    int64_t kept, forward_extra, backward_extra;
+    double seconds;
+  };
+  std::vector<Option> options;
+};
+
+std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
+  std::vector<UnitStage> out;
+  for (const auto& s : costs.stages) {
+    UnitStage u;
+    u.x = round_up(s.output_bytes, unit);
+    u.input_grad = round_up(s.input_grad_bytes, unit);
+    u.nograd_extra = round_up(s.nograd_extra_bytes, unit);
+    u.nograd_seconds = s.nograd_seconds;
+    for (const auto& o : s.options) {
+      u.options.push_back({round_up(o.kept_bytes, unit), round_up(o.forward_extra_bytes, unit),
+                           round_up(o.backward_extra_bytes, unit), o.forward_seconds + o.backward_seconds});
+    }
+    out.push_back(u);
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
+  return interval_offset_[s * n_ + t] + static_cast<size_t>(m);
+}
+
+double OptimalPlanner::cost(int64_t s, int64_t t, int64_t m) const {
+  if (m < 0) return kInfinity;
+  return table_[index(s, t, std::min(m, slots_))];
+}
+
+OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memory_slots, int64_t max_budget_bytes)
+    : costs_(std::move(costs)), template_(std::move(plan_template)) {
+  const auto start = std::chrono::steady_clock::now();
+  n_ = static_cast<int64_t>(costs_.stages.size());
+  REMAT_CHECK(n_ >= 1 && static_cast<int64_t>(template_.stage_names.size()) == n_, "planner: the cost table has ", n_,
+              " stages but the chain ", template_.stage_names.size(), ".");
+  REMAT_CHECK(memory_slots >= 1 && memory_slots <= 100000, "planner: memory_slots must be in [1, 100000], got ",
+              memory_slots, ".");
+  if (max_budget_bytes <= 0) {
+    Plan none = template_;
+    for (int64_t i = 0; i < n_; ++i) none.options[i] = costs_.stages[i].options.front().option;
+    max_budget_bytes = std::max<int64_t>(simulate(none, costs_).peak_bytes, 1);
+  }
+  slots_ = memory_slots;
+  unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
+  const auto stages = to_units(costs_, unit_);
+  for (const auto& s : stages) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
+
+  interval_offset_.assign(n_ * n_, 0);
+  size_t total = 0;
+  for (int64_t s = 0; s < n_; ++s) {
+    for (int64_t t = s; t < n_; ++t) {
+      interval_offset_[s * n_ + t] = total;
+      total += static_cast<size_t>(slots_ + 1);
+    }
+  }
+  table_.assign(total, kInfinity);
+  choice_.assign(total, -1);
+
+  for (int64_t length = 1; length <= n_; ++length) {
+    for (int64_t s = 0; s + length - 1 < n_; ++s) {
+      const int64_t t = s + length - 1;
+      const UnitStage& first = stages[s];
+      const int64_t grad_t = stages[t].x;
+      for (int64_t m = 0; m <= slots_; ++m) {
+        double best = kInfinity;
+        int32_t best_choice = -1;
+        // Record stage s with each of its options.
+        for (size_t o = 0; o < first.options.size(); ++o) {
+          const auto& opt = first.options[o];
+          if (grad_t + opt.kept + opt.forward_extra > m) continue;
+          if (first.x + opt.kept + first.input_grad + opt.backward_extra > m) continue;
+          const double rest = s == t ? 0.0 : cost(s + 1, t, m - opt.kept);
+          const double total_seconds = opt.seconds + rest;
+          if (total_seconds < best) {
+            best = total_seconds;
+            best_choice = static_cast<int32_t>(o);
+          }
+        }
+        // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
+        double forward_seconds = 0;
+        int64_t forward_peak = 0;
+        for (int64_t j = s + 1; j <= t; ++j) {
+          const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
+          const int64_t held_input = k == s ? 0 : stages[k - 1].x;
+          forward_peak = std::max(forward_peak, grad_t + held_input + stages[k].x + stages[k].nograd_extra);
+          forward_seconds += stages[k].nograd_seconds;
+          if (forward_peak > m) break;  // grows with j
+          const double total_seconds = forward_seconds + cost(j, t, m - stages[k].x) + cost(s, k, m);
+          if (total_seconds < best) {
+            best = total_seconds;
+            best_choice = max_options_ + static_cast<int32_t>(j);
+          }
+        }
+        table_[index(s, t, m)] = best;
+        choice_[index(s, t, m)] = best_choice;
+      }
+    }
+  }
+  // Least memory: the first slot where the whole chain is feasible (the table is monotone in m).
+  int64_t m_min = -1;
+  for (int64_t m = 0; m <= slots_ && m_min < 0; ++m) {
+    if (table_[index(0, n_ - 1, m)] < kInfinity) m_min = m;
+  }
+  if (m_min >= 0) {
+    Plan plan = template_;
+    plan.items.clear();
+    build(0, n_ - 1, m_min, plan.items, plan);
+    min_feasible_bytes_ = simulate(plan, costs_).peak_bytes;
+  } else {
+    min_feasible_bytes_ = -1;
+  }
+  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {
+  m = std::min(m, slots_);
+  const int32_t choice = choice_[index(s, t, m)];
+  TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
+  const auto kept_units = [&](int64_t stage, size_t option) {
+    return round_up(costs_.stages[stage].options[option].kept_bytes, unit_);
+  };
+  if (choice < max_options_) {
+    plan.options[s] = costs_.stages[s].options[choice].option;
+    items.push_back(PlanItem::run(s));
+    if (s < t) build(s + 1, t, m - kept_units(s, choice), items, plan);
+    return;
+  }
+  const int64_t j = choice - max_options_;
+  std::vector<PlanItem> inner;
+  build(s, j - 1, m, inner, plan);
+  items.push_back(PlanItem::checkpointed(std::move(inner)));
+  build(j, t, m - round_up(costs_.stages[j - 1].output_bytes, unit_), items, plan);
+}
+
+double OptimalPlanner::least_seconds(int64_t budget_bytes) const {
+  return budget_bytes < 0 ? kInfinity : cost(0, n_ - 1, budget_bytes / unit_);
+}
+
+PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result;
+  result.budget_bytes = budget_bytes;
+  result.min_feasible_budget_bytes = min_feasible_bytes_;
+  const int64_t m = budget_bytes < 0 ? -1 : std::min<int64_t>(budget_bytes / unit_, slots_);
+  if (m >= 0 && table_[index(0, n_ - 1, m)] < kInfinity) {
+    result.feasible = true;
+    result.plan = template_;
+    result.plan.items.clear();
+    build(0, n_ - 1, m, result.plan.items, result.plan);
+    result.prediction = simulate(result.plan, costs_);
+  }
+  result.solve_seconds = fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+PlanResult revolve_plan(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes, int64_t memory_slots) {
+  // The homogeneous model Revolve assumes: every block stage costs the mean block stage (first
+  // and last stages keep their own costs; they are not part of the repeated chain).
+  CostTable uniform = costs;
+  const auto n = static_cast<int64_t>(costs.stages.size());
+  if (n > 2) {
+    StageCost mean = costs.stages[1];
+    const double count = static_cast<double>(n - 2);
+    auto average = [&](auto getter) {
+      double sum = 0;
+      for (int64_t i = 1; i < n - 1; ++i) sum += static_cast<double>(getter(costs.stages[i]));
+      return sum / count;
+    };
+    mean.output_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.output_bytes; })));
+    mean.input_grad_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.input_grad_bytes; })));
+    mean.nograd_seconds = average([](const StageCost& s) { return s.nograd_seconds; });
+    mean.nograd_extra_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.nograd_extra_bytes; })));
+    StageOptionCost o = costs.stages[1].options.front();
+    o.forward_seconds = average([](const StageCost& s) { return s.options.front().forward_seconds; });
+    o.backward_seconds = average([](const StageCost& s) { return s.options.front().backward_seconds; });
+    o.kept_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.options.front().kept_bytes; })));
+    o.forward_extra_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.options.front().forward_extra_bytes; })));
+    o.backward_extra_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.options.front().backward_extra_bytes; })));
+    mean.options = {o};  // Revolve knows no stage options
+    for (int64_t i = 1; i < n - 1; ++i) {
+      const std::string name = uniform.stages[i].name;
+      uniform.stages[i] = mean;
+      uniform.stages[i].name = name;
+    }
+  }
+  for (auto& s : uniform.stages) s.options.resize(1);
+  Plan base = plan_template;
+  for (int64_t i = 0; i < n; ++i) base.options[i] = costs.stages[i].options.front().option;
+  OptimalPlanner planner(uniform, base, memory_slots, std::max<int64_t>(budget_bytes, 1));
+  PlanResult result = planner.plan(budget_bytes);
+  if (result.feasible) {
+    result.prediction = simulate(result.plan, costs);  // costed on the real chain: it may not fit
+    result.feasible = result.prediction.peak_bytes <= budget_bytes;
+  }
+  return result;
+}
+
+PlanResult chen_greedy_plan(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto n = static_cast<int64_t>(costs.stages.size());
+  PlanResult best;
+  best.budget_bytes = budget_bytes;
+  std::vector<int64_t> thresholds;
+  for (int64_t a = 1; a < n - 1; ++a) {  // candidate thresholds: kept bytes of every run of block stages
+    int64_t sum = 0;
+    for (int64_t b = a; b < n - 1; ++b) {
+      sum += costs.stages[b].options.front().kept_bytes;
+      thresholds.push_back(sum);
+    }
+  }
+  std::sort(thresholds.begin(), thresholds.end());
+  thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+  int64_t least_peak = -1;
+  for (int64_t threshold : thresholds) {
+    // First and last stages (input, loss) run plainly; block stages are grouped greedily.
+    Plan plan = plan_template;
+    for (int64_t i = 0; i < n; ++i) plan.options[i] = costs.stages[i].options.front().option;
+    plan.items = {PlanItem::run(0)};
+    std::vector<PlanItem> segment;
+    int64_t running = 0;
+    for (int64_t i = 1; i < n - 1; ++i) {
+      const int64_t kept = costs.stages[i].options.front().kept_bytes;
+      if (!segment.empty() && running + kept > threshold) {
+        plan.items.push_back(PlanItem::checkpointed(std::move(segment)));
+        segment.clear();
+        running = 0;
+      }
+      segment.push_back(PlanItem::run(i));
+      running += kept;
+    }
+    if (!segment.empty()) plan.items.push_back(PlanItem::checkpointed(std::move(segment)));
+    if (n > 1) plan.items.push_back(PlanItem::run(n - 1));
+    const Prediction p = simulate(plan, costs);
+    if (least_peak < 0 || p.peak_bytes < least_peak) least_peak = p.peak_bytes;
+    if (p.peak_bytes <= budget_bytes && (!best.feasible || p.step_seconds < best.prediction.step_seconds)) {
+      best.feasible = true;
+      best.plan = plan;
+      best.prediction = p;
+    }
+  }
+  best.min_feasible_budget_bytes = least_peak;
+  best.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return best;
+}
+
+int64_t parse_budget(const std::string& text, int64_t unchecked_peak_bytes) {
+  const std::string hint = "; write it as bytes (123456 or 123456B), with a unit (800KiB, 512MiB, 1.5GiB) or as a "
+                           "percentage of the unchecked activation peak (50%).";
+  REMAT_CHECK(!text.empty(), "the budget is empty", hint);
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    REMAT_CHECK(false, "budget '", text, "' does not start with a number", hint);
+  }
+  const std::string unit = text.substr(used);
+  double bytes = 0;
+  if (unit == "%") {
+    REMAT_CHECK(value > 0 && value <= 1000, "budget '", text, "': a percentage must be in (0, 1000].");
+    bytes = value / 100.0 * static_cast<double>(unchecked_peak_bytes);
+  } else if (unit.empty() || unit == "B") {
+    bytes = value;
+  } else if (unit == "KiB" || unit == "K") {
+    bytes = value * 1024.0;
+  } else if (unit == "MiB" || unit == "M") {
+    bytes = value * 1024.0 * 1024.0;
+  } else if (unit == "GiB" || unit == "G") {
+    bytes = value * 1024.0 * 1024.0 * 1024.0;
+  } else {
+    REMAT_CHECK(false, "budget '", text, "' has an unknown unit '", unit, "'", hint);
+  }
+  REMAT_CHECK(bytes >= 0 && bytes < 9.0e18, "budget '", text, "' is out of range", hint);
+  return static_cast<int64_t>(bytes);
+}
+
+}  // namespace remat

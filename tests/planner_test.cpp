@@ -1,0 +1,207 @@
+// The planners: the dynamic program is optimal (equal to brute force over every nested plan on
+// random heterogeneous chains), its plans replay to its cost, it is monotone in the budget and
+// reduces to Revolve's binomial count on uniform chains.
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/planner.h"
+
+using remat::CostTable;
+using remat::Plan;
+using remat::PlanItem;
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A chain of n stages with random integer sizes and times; stage i offers `options` options.
+CostTable random_chain(std::mt19937& rng, int n, int max_options) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  CostTable t;
+  t.granularity = "test";
+  for (int i = 0; i < n; ++i) {
+    remat::StageCost s;
+    s.name = "s" + std::to_string(i);
+    s.output_bytes = uniform(1, 5);
+    s.input_grad_bytes = i == 0 ? 0 : t.stages[i - 1].output_bytes;
+    s.nograd_seconds = uniform(1, 4);
+    s.nograd_extra_bytes = uniform(0, 3);
+    const int options = uniform(1, max_options);
+    for (int o = 0; o < options; ++o) {
+      remat::StageOptionCost c;
+      c.option = "o" + std::to_string(o);
+      c.forward_seconds = uniform(1, 5);
+      c.backward_seconds = uniform(1, 8);
+      c.kept_bytes = s.output_bytes + uniform(0, 6);
+      c.forward_extra_bytes = uniform(0, 3);
+      c.backward_extra_bytes = uniform(0, 4);
+      s.options.push_back(c);
+    }
+    t.stages.push_back(s);
+  }
+  return t;
+}
+
+Plan template_for(const CostTable& t) {
+  Plan p;
+  p.granularity = t.granularity;
+  for (const auto& s : t.stages) {
+    p.stage_names.push_back(s.name);
+    p.options.push_back(s.options.front().option);
+  }
+  return p;
+}
+
+// Every nested plan over stages [s, t] in the planner's space (a segment never ends at the end of
+// its enclosing range), as item lists.
+std::vector<std::vector<PlanItem>> all_item_lists(int s, int t) {
+  std::vector<std::vector<PlanItem>> out;
+  if (s > t) return {{}};
+  for (auto& rest : all_item_lists(s + 1, t)) {  // run s
+    std::vector<PlanItem> items{PlanItem::run(s)};
+    items.insert(items.end(), rest.begin(), rest.end());
+    out.push_back(items);
+  }
+  for (int j = s + 1; j <= t; ++j) {  // checkpoint s..j-1
+    for (auto& inner : all_item_lists(s, j - 1)) {
+      for (auto& rest : all_item_lists(j, t)) {
+        std::vector<PlanItem> items{PlanItem::checkpointed(inner)};
+        items.insert(items.end(), rest.begin(), rest.end());
+        out.push_back(items);
+      }
+    }
+  }
+  return out;
+}
+
+// Brute force: least simulated time of any plan (items × options) whose simulated peak fits.
+std::vector<double> brute_force(const CostTable& t, int64_t max_budget) {
+  std::vector<double> best(max_budget + 1, kInf);
+  const int n = static_cast<int>(t.stages.size());
+  Plan plan = template_for(t);
+  const auto lists = all_item_lists(0, n - 1);
+  std::function<void(int)> each_option = [&](int stage) {
+    if (stage == n) {
+      for (const auto& items : lists) {
+        plan.items = items;
+        const auto p = remat::simulate(plan, t);
+        for (int64_t m = std::max<int64_t>(p.peak_bytes, 0); m <= max_budget; ++m) best[m] = std::min(best[m], p.step_seconds);
+      }
+      return;
+    }
+    for (const auto& o : t.stages[stage].options) {
+      plan.options[stage] = o.option;
+      each_option(stage + 1);
+    }
+  };
+  each_option(0);
+  return best;
+}
+
+int64_t binomial(int64_t n, int64_t k) {
+  int64_t r = 1;
+  for (int64_t i = 1; i <= k; ++i) r = r * (n - k + i) / i;
+  return r;
+}
+
+}  // namespace
+
+TEST(Planner, NestedPlanCountsAreTheSchroederNumbers) {
+  // 1, 2, 6, 22, 90, 394, 1806, 8558 plans of 1..8 stages (before stage options).
+  const std::vector<size_t> expected = {1, 2, 6, 22, 90, 394, 1806, 8558};
+  for (int n = 1; n <= 8; ++n) EXPECT_EQ(all_item_lists(0, n - 1).size(), expected[n - 1]) << n;
+}
+
+TEST(Planner, DynamicProgramEqualsBruteForceOnRandomChainsForEveryBudget) {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 24; ++trial) {
+    const int n = 1 + trial % 7;  // 1..7 stages (8 below, with one option, to bound the run time)
+    const CostTable costs = random_chain(rng, n, n <= 5 ? 2 : 1);
+    const int64_t max_budget = 70;
+    const auto expected = brute_force(costs, max_budget);
+    const remat::OptimalPlanner planner(costs, template_for(costs), /*memory_slots=*/max_budget, max_budget);
+    ASSERT_EQ(planner.unit_bytes(), 1);
+    double previous = kInf;
+    for (int64_t m = 0; m <= max_budget; ++m) {
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(n) + " stages, budget " + std::to_string(m));
+      const double least = planner.least_seconds(m);
+      ASSERT_EQ(least, expected[m]);
+      EXPECT_LE(least, previous) << "cost rose with the budget";
+      previous = least;
+      const auto result = planner.plan(m);
+      ASSERT_EQ(result.feasible, expected[m] < kInf);
+      if (!result.feasible) continue;
+      EXPECT_EQ(result.prediction.step_seconds, least) << "the plan does not replay to the table's cost";
+      EXPECT_LE(result.prediction.peak_bytes, m);
+    }
+  }
+}
+
+TEST(Planner, DynamicProgramEqualsBruteForceOnEightStages) {
+  std::mt19937 rng(7);
+  const CostTable costs = random_chain(rng, 8, 1);
+  const auto expected = brute_force(costs, 60);
+  const remat::OptimalPlanner planner(costs, template_for(costs), 60, 60);
+  for (int64_t m = 0; m <= 60; ++m) ASSERT_EQ(planner.least_seconds(m), expected[m]) << "budget " << m;
+}
+
+TEST(Planner, InfeasibleBudgetReportsTheLeastFeasibleOne) {
+  std::mt19937 rng(3);
+  const CostTable costs = random_chain(rng, 6, 2);
+  const remat::OptimalPlanner planner(costs, template_for(costs), 100, 100);
+  const int64_t least = planner.min_feasible_budget_bytes();
+  ASSERT_GT(least, 0);
+  EXPECT_FALSE(planner.plan(least - 1).feasible);
+  EXPECT_TRUE(planner.plan(least).feasible);
+  EXPECT_EQ(planner.plan(least - 1).min_feasible_budget_bytes, least);
+}
+
+TEST(Planner, ReducesToRevolvesBinomialCountOnAUniformChain) {
+  // Revolve's model: taping a step costs more memory than two of them can share (kept = K), a
+  // snapshot of a state costs 1, backward costs no time, every forward 1. A stage's gradient is as
+  // large as its output (1), and Revolve does not count it: with memory K + 1 + c the
+  // optimal plan runs l + (r·l − β(c+1, r−1)) forwards (β(c, r−1) < l ≤ β(c, r)): each step is
+  // taped once, plus Revolve's least number of extra forward steps (e.g. 180 for l = 50, c = 3).
+  const int64_t K = 1000;
+  for (int64_t l : {2, 5, 10, 20, 35, 50}) {  // l = 50, c = 3: 180 extra forwards
+    CostTable t;
+    t.granularity = "uniform";
+    for (int64_t i = 0; i < l; ++i) {
+      remat::StageCost s;
+      s.name = "s" + std::to_string(i);
+      s.output_bytes = 1;
+      s.nograd_seconds = 1;
+      s.options = {{"full", 1.0, 0.0, K, 0, 0}};
+      t.stages.push_back(s);
+    }
+    for (int64_t c = 1; c <= 4; ++c) {
+      const int64_t memory = K + 1 + c;
+      const remat::OptimalPlanner planner(t, template_for(t), memory, memory);
+      int64_t r = 0;
+      while (binomial(c + r, c) < l) ++r;
+      const double revolve_extra = static_cast<double>(r * l - binomial(c + 1 + r - 1, c + 1));
+      EXPECT_EQ(planner.least_seconds(memory) - static_cast<double>(l), revolve_extra) << "l = " << l << ", c = " << c;
+    }
+  }
+}
+
+TEST(Planner, ParsesBudgets) {
+  EXPECT_EQ(remat::parse_budget("1024", 0), 1024);
+  EXPECT_EQ(remat::parse_budget("2KiB", 0), 2048);
+  EXPECT_EQ(remat::parse_budget("1.5MiB", 0), 1572864);
+  EXPECT_EQ(remat::parse_budget("1GiB", 0), int64_t{1} << 30);
+  EXPECT_EQ(remat::parse_budget("50%", 1000), 500);
+  for (const std::string bad : {"", "MiB", "12 parsecs", "5TB", "-3%"}) {
+    try {
+      remat::parse_budget(bad, 1000);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find("budget"), std::string::npos);
+    }
+  }
+}
