@@ -81,43 +81,60 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   table_.assign(total, kInfinity);
   choice_.assign(total, -1);
 
+  // Loops run over the memory slots innermost: for a fixed choice the recurrence reads contiguous
+  // rows of the table, which the compiler vectorises. Ties keep the earlier choice (options first,
+  // then segment ends in increasing order), as a scalar loop would.
   for (int64_t length = 1; length <= n_; ++length) {
     for (int64_t s = 0; s + length - 1 < n_; ++s) {
       const int64_t t = s + length - 1;
       const UnitStage& first = stages[s];
       const int64_t grad_t = stages[t].x;
-      for (int64_t m = 0; m <= slots_; ++m) {
-        double best = kInfinity;
-        int32_t best_choice = -1;
-        // Record stage s with each of its options.
-        for (size_t o = 0; o < first.options.size(); ++o) {
-          const auto& opt = first.options[o];
-          if (grad_t + opt.kept + opt.forward_extra > m) continue;
-          if (first.x + opt.kept + first.input_grad + opt.backward_extra > m) continue;
-          const double rest = s == t ? 0.0 : cost(s + 1, t, m - opt.kept);
-          const double total_seconds = opt.seconds + rest;
-          if (total_seconds < best) {
-            best = total_seconds;
-            best_choice = static_cast<int32_t>(o);
+      double* row = &table_[index(s, t, 0)];
+      int32_t* chosen = &choice_[index(s, t, 0)];
+      // Record stage s with each of its options.
+      for (size_t o = 0; o < first.options.size(); ++o) {
+        const auto& opt = first.options[o];
+        const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
+                                        first.x + opt.kept + first.input_grad + opt.backward_extra);
+        if (s == t) {
+          for (int64_t m = lowest; m <= slots_; ++m) {
+            if (opt.seconds < row[m]) {
+              row[m] = opt.seconds;
+              chosen[m] = static_cast<int32_t>(o);
+            }
+          }
+          continue;
+        }
+        const double* rest = &table_[index(s + 1, t, 0)];
+        for (int64_t m = std::max(lowest, opt.kept); m <= slots_; ++m) {
+          const double total_seconds = opt.seconds + rest[m - opt.kept];
+          if (total_seconds < row[m]) {
+            row[m] = total_seconds;
+            chosen[m] = static_cast<int32_t>(o);
           }
         }
-        // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
-        double forward_seconds = 0;
-        int64_t forward_peak = 0;
-        for (int64_t j = s + 1; j <= t; ++j) {
-          const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
-          const int64_t held_input = k == s ? 0 : stages[k - 1].x;
-          forward_peak = std::max(forward_peak, grad_t + held_input + stages[k].x + stages[k].nograd_extra);
-          forward_seconds += stages[k].nograd_seconds;
-          if (forward_peak > m) break;  // grows with j
-          const double total_seconds = forward_seconds + cost(j, t, m - stages[k].x) + cost(s, k, m);
-          if (total_seconds < best) {
-            best = total_seconds;
-            best_choice = max_options_ + static_cast<int32_t>(j);
+      }
+      // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
+      double forward_seconds = 0;
+      int64_t forward_peak = 0;
+      for (int64_t j = s + 1; j <= t; ++j) {
+        const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
+        const int64_t held_input = k == s ? 0 : stages[k - 1].x;
+        forward_peak = std::max(forward_peak, grad_t + held_input + stages[k].x + stages[k].nograd_extra);
+        forward_seconds += stages[k].nograd_seconds;
+        const int64_t lowest = std::max(forward_peak, stages[k].x);
+        if (lowest > slots_) break;  // the forward's peak only grows with j
+        const double* rest = &table_[index(j, t, 0)];
+        const double* inner = &table_[index(s, k, 0)];
+        const int64_t x = stages[k].x;
+        const auto segment_choice = max_options_ + static_cast<int32_t>(j);
+        for (int64_t m = lowest; m <= slots_; ++m) {
+          const double total_seconds = forward_seconds + rest[m - x] + inner[m];
+          if (total_seconds < row[m]) {
+            row[m] = total_seconds;
+            chosen[m] = segment_choice;
           }
         }
-        table_[index(s, t, m)] = best;
-        choice_[index(s, t, m)] = best_choice;
       }
     }
   }

@@ -1,6 +1,7 @@
 #include "remat/models/gpt.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -158,6 +159,42 @@ std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity
   }
   stages.push_back({"head", StageRole::output, -1, {"full"}});
   return stages;
+}
+
+Plan to_half_granularity(const Plan& plan) {
+  if (plan.granularity == "half") return plan;
+  REMAT_CHECK(plan.granularity == "block", "to_half_granularity: unknown granularity '", plan.granularity, "'.");
+  const int64_t layers = static_cast<int64_t>(plan.stage_names.size()) - 2;
+  Plan half;
+  half.granularity = "half";
+  for (const auto& stage : gpt_stages(layers, "half")) half.stage_names.push_back(stage.name);
+  half.options.assign(half.stage_names.size(), "full");
+  half.options.front() = plan.options.front();
+  half.options.back() = plan.options.back();
+  for (int64_t b = 0; b < layers; ++b) {
+    const std::string& option = plan.options[b + 1];
+    half.options[1 + 2 * b] = option;
+    half.options[2 + 2 * b] = option == "matmul-inputs" ? option : "full";
+  }
+  // Stage index i of the block chain: 0 embed, 1..layers blocks, layers+1 head.
+  std::function<std::vector<PlanItem>(const std::vector<PlanItem>&)> convert = [&](const std::vector<PlanItem>& items) {
+    std::vector<PlanItem> out;
+    for (const auto& item : items) {
+      if (!item.is_stage()) {
+        out.push_back(PlanItem::checkpointed(convert(item.segment)));
+      } else if (item.stage == 0) {
+        out.push_back(PlanItem::run(0));
+      } else if (item.stage == layers + 1) {
+        out.push_back(PlanItem::run(2 * layers + 1));
+      } else {
+        out.push_back(PlanItem::run(2 * item.stage - 1));
+        out.push_back(PlanItem::run(2 * item.stage));
+      }
+    }
+    return out;
+  };
+  half.items = convert(plan.items);
+  return half;
 }
 
 GptChain::GptChain(Gpt model, const std::string& granularity)

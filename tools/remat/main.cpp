@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 
 #include "demo_command.h"
+#include "estimate_command.h"
 #include "plan_command.h"
 #include "train_command.h"
 
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   remat::cli::add_train_command(app);
   remat::cli::add_plan_commands(app);
+  remat::cli::add_estimate_command(app);
   remat::cli::add_demo_command(app);
   try {
     app.parse(argc, argv);

@@ -22,7 +22,8 @@ void ModelFlags::add_to(CLI::App& command) {
 void ModelFlags::apply_preset() {
   if (preset.empty()) return;
   auto set = [&](const char* flag, auto& field, auto value) {
-    if (app->count(flag) == 0) field = value;
+    const CLI::Option* option = app->get_option_no_throw(flag);
+    if (option == nullptr || option->count() == 0) field = value;
   };
   auto& m = options.model;
   if (preset == "demo") {

@@ -1,14 +1,23 @@
-// `remat policies` lists the policies; `remat plan` shows the plan a policy makes for a model and
-// saves it as JSON for `remat train --plan`.
+// `remat policies`, `remat plan` (a policy's plan, or the fastest plan under a memory budget, with
+// every manual policy compared and, with --measure, predictions checked against real steps) and
+// `remat profile` (the measured cost table).
 #include "plan_command.h"
 
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "model_flags.h"
+#include "planning.h"
 #include "remat/error.h"
-#include "remat/models/gpt.h"
+#include "remat/models/estimator.h"
 #include "remat/policies.h"
+#include "remat/train/corpus.h"
 #include "table.h"
 
 namespace remat::cli {
@@ -16,34 +25,199 @@ namespace {
 
 struct PlanFlags {
   ModelFlags model;
-  std::string policy = "block";
+  std::string policy;
+  std::string budgets;
+  std::string profile_file;
   std::string save_file;
+  int repeats = 3;
+  int64_t slots = 1000;
   bool json = false;
+  bool measure = false;
+  int measure_steps = 3;
 };
 
-void run_plan_command(PlanFlags& flags) {
-  flags.model.apply_preset();
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << text << "\n";
+    REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
+  }
+  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot replace '", path, "'.");
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, separator)) parts.push_back(part);
+  return parts;
+}
+
+std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + fixed(100.0 * fraction, 1) + "%"; }
+
+void run_policy_plan(PlanFlags& flags) {
   const auto& config = flags.model.options.model;
   config.validate();
-  const std::string granularity = policy_granularity(flags.policy);
-  models::GptChain chain(models::Gpt(config), granularity);
-  const Plan plan = policy_plan(flags.policy, chain);
+  const std::string policy = flags.policy.empty() ? "block" : flags.policy;
+  const std::string granularity = policy_granularity(policy);
+  models::GptChainShape chain(config.layers, granularity);
+  const Plan plan = policy_plan(policy, chain);
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
-    std::cout << "policy " << flags.policy << " for a GPT with " << config.describe() << " (" << chain.size()
+    std::cout << "policy " << policy << " for a GPT with " << config.describe() << " (" << chain.size()
               << " stages, granularity " << granularity << "):\n  " << plan.to_string() << "\n";
   }
   if (!flags.save_file.empty()) {
-    const std::string temporary = flags.save_file + ".tmp";
-    {
-      std::ofstream out(temporary, std::ios::trunc);
-      out << plan.to_json() << "\n";
-      REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
-    }
-    REMAT_CHECK(std::rename(temporary.c_str(), flags.save_file.c_str()) == 0, "cannot replace '", flags.save_file, "'.");
+    write_atomically(flags.save_file, plan.to_json());
     if (!flags.json) std::cout << "saved to " << flags.save_file << "\n";
   }
+}
+
+void run_budget_plan(PlanFlags& flags) {
+  const auto& options = flags.model.options;
+  options.model.validate();
+  std::ostream& out = flags.json ? std::cerr : std::cout;
+  ModelCosts costs;
+  if (!flags.profile_file.empty()) {
+    costs = load_profile(flags.profile_file);
+    REMAT_CHECK(costs.layers() == options.model.layers, "--profile: '", flags.profile_file, "' describes a model with ",
+                costs.layers(), " layers but --layers is ", options.model.layers, ".");
+  } else {
+    out << "profiling the GPT (" << options.model.describe() << ", batch " << options.batch << ")...\n";
+    costs = profile_model(options, flags.repeats);
+  }
+  const int64_t unchecked = costs.unchecked_peak_bytes();
+  models::GptChainShape block_chain(options.model.layers, "block");
+  const double none_seconds = costs.unchecked().step_seconds;
+  out << "unchecked activation peak (predicted): " << format_bytes(unchecked) << ", step " << fixed(none_seconds, 3)
+      << " s\n";
+
+  struct BudgetResult {
+    std::string text;
+    int64_t bytes;
+    PlanChoice optimal;
+    std::vector<PlanChoice> others;
+    int64_t least;
+    double solve_seconds;
+  };
+  std::vector<BudgetResult> results;
+  for (const auto& text : split(flags.budgets, ',')) {
+    BudgetResult r{text, parse_budget(text, unchecked), {}, {}, -1, 0};
+    const auto start = std::chrono::steady_clock::now();
+    r.optimal = optimal_plan(costs, r.bytes, flags.slots, &r.least);
+    r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    REMAT_CHECK(r.optimal.feasible, "no plan fits a budget of ", text, " (", r.bytes, " bytes): the smallest feasible ",
+                "budget is ", r.least, " bytes (", format_bytes(r.least), ", ",
+                fixed(100.0 * static_cast<double>(r.least) / static_cast<double>(unchecked), 1),
+                "% of the unchecked peak). Give at least that, or a smaller model or batch.");
+    r.others = other_plans(costs, options.model.layers, r.bytes, flags.slots);
+    results.push_back(std::move(r));
+  }
+
+  nlohmann::json json_results = nlohmann::json::array();
+  for (const auto& r : results) {
+    out << "\nbudget " << r.text << " = " << format_bytes(r.bytes) << " (least feasible " << format_bytes(r.least)
+        << "; planned in " << fixed(r.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
+        << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
+        << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
+        << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << "\n";
+    Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
+    table.add_row({"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes",
+                   percent(r.optimal.prediction.step_seconds / none_seconds - 1)});
+    nlohmann::json policies = nlohmann::json::array();
+    for (const auto& o : r.others) {
+      const bool has_plan = !o.plan.stage_names.empty();
+      table.add_row({o.name, has_plan ? format_bytes(o.prediction.peak_bytes) : "-", o.feasible ? "yes" : "no",
+                     has_plan ? percent(o.prediction.step_seconds / none_seconds - 1) : "-"});
+      policies.push_back({{"name", o.name}, {"fits", o.feasible},
+                          {"predicted_peak_bytes", has_plan ? nlohmann::json(o.prediction.peak_bytes) : nlohmann::json()},
+                          {"predicted_overhead", has_plan ? nlohmann::json(o.prediction.step_seconds / none_seconds - 1)
+                                                          : nlohmann::json()}});
+    }
+    table.print(out);
+    json_results.push_back({{"budget", r.text}, {"budget_bytes", r.bytes}, {"plan", r.optimal.plan.to_string()},
+                            {"plan_json", nlohmann::json::parse(r.optimal.plan.to_json())},
+                            {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
+                            {"predicted_step_seconds", r.optimal.prediction.step_seconds},
+                            {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
+                            {"min_feasible_budget_bytes", r.least}, {"unchecked_peak_bytes", unchecked},
+                            {"solve_seconds", r.solve_seconds}, {"policies", policies}});
+  }
+
+  if (flags.measure) {
+    // One model, one batch; every plan measured in interleaved rounds.
+    const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
+                                                           : train::Corpus::from_file(options.data_file);
+    train::BatchSampler sampler(corpus, options.batch, options.model.sequence, options.seed);
+    auto [tokens, targets] = sampler.next();
+    torch::manual_seed(options.seed);
+    models::Gpt model(options.model);
+    model->train();
+    std::vector<Plan> plans = {Plan::plain(block_chain)};
+    std::map<std::string, size_t> index;  // by compact form: a plan measured once
+    index[plans[0].to_string()] = 0;
+    auto add = [&](const Plan& p) {
+      const auto key = p.granularity + " " + p.to_string();
+      if (index.count(key) == 0) {
+        index[key] = plans.size();
+        plans.push_back(p);
+      }
+      return index[key];
+    };
+    std::vector<size_t> optimal_index;
+    std::vector<std::pair<std::string, size_t>> manual;
+    for (const auto& r : results) optimal_index.push_back(add(r.optimal.plan));
+    for (const auto& o : results.front().others) {
+      if (o.name != "revolve" && o.name != "chen") manual.emplace_back(o.name, add(o.plan));
+    }
+    out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
+    const auto measured = train::measure_plans(model, plans, tokens, targets, flags.measure_steps);
+    const double none_measured = measured[0].step_seconds;
+    Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
+                 "best manual fitting", "its measured overhead", "optimal <= best"});
+    for (size_t b = 0; b < results.size(); ++b) {
+      const auto& r = results[b];
+      const auto& m = measured[optimal_index[b]];
+      std::string best_name = "(none fits)";
+      double best_seconds = 0;
+      for (const auto& [name, i] : manual) {
+        if (measured[i].activation_peak_bytes <= r.bytes && (best_seconds == 0 || measured[i].step_seconds < best_seconds)) {
+          best_name = name;
+          best_seconds = measured[i].step_seconds;
+        }
+      }
+      const double error = static_cast<double>(r.optimal.prediction.peak_bytes - m.activation_peak_bytes) /
+                           static_cast<double>(m.activation_peak_bytes);
+      table.add_row({r.text + " (" + format_bytes(r.bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
+                     format_bytes(m.activation_peak_bytes) + (m.activation_peak_bytes <= r.bytes ? "" : " OVER"),
+                     percent(error), percent(r.optimal.prediction.step_seconds / none_seconds - 1),
+                     percent(m.step_seconds / none_measured - 1), best_name,
+                     best_seconds > 0 ? percent(best_seconds / none_measured - 1) : "-",
+                     best_seconds == 0 || m.step_seconds <= best_seconds ? "yes" : "no"});
+      json_results[b]["measured_peak_bytes"] = m.activation_peak_bytes;
+      json_results[b]["measured_overhead"] = m.step_seconds / none_measured - 1;
+      json_results[b]["best_manual"] = best_name;
+      json_results[b]["best_manual_measured_overhead"] = best_seconds > 0 ? nlohmann::json(best_seconds / none_measured - 1)
+                                                                          : nlohmann::json();
+    }
+    table.print(out);
+    Table all({"plan", "measured peak", "measured overhead"});
+    for (const auto& [name, i] : manual) {
+      all.add_row({name, format_bytes(measured[i].activation_peak_bytes), percent(measured[i].step_seconds / none_measured - 1)});
+    }
+    out << "\nmanual policies as measured (unchecked: " << format_bytes(measured[0].activation_peak_bytes) << ", "
+        << fixed(none_measured, 3) << " s):\n";
+    all.print(out);
+  }
+
+  if (!flags.save_file.empty()) {
+    REMAT_CHECK(results.size() == 1, "--save writes one plan: give one budget.");
+    write_atomically(flags.save_file, results.front().optimal.plan.to_json());
+    out << "saved the optimal plan to " << flags.save_file << "\n";
+  }
+  if (flags.json) std::cout << (json_results.size() == 1 ? json_results[0] : nlohmann::json{{"results", json_results}}).dump(2) << "\n";
 }
 
 }  // namespace
@@ -57,12 +231,45 @@ void add_plan_commands(CLI::App& app) {
   });
 
   auto flags = std::make_shared<PlanFlags>();
-  CLI::App* plan = app.add_subcommand("plan", "Show (and save) the plan a policy makes for a GPT");
+  CLI::App* plan = app.add_subcommand("plan", "The plan of a policy, or the fastest plan under a memory budget");
   flags->model.add_to(*plan);
-  plan->add_option("--policy", flags->policy, "Checkpointing policy (see `remat policies`)")->capture_default_str();
-  plan->add_option("--save", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)");
-  plan->add_flag("--json", flags->json, "Print the plan as JSON");
-  plan->callback([flags] { run_plan_command(*flags); });
+  plan->add_option("--data", flags->model.options.data_file, "Profile on this text file instead of the fortunes corpus")->group("Model");
+  plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Plan");
+  plan->add_option("--budget", flags->budgets,
+                   "Activation memory budget(s), comma-separated: bytes, KiB/MiB/GiB, or % of the unchecked peak")
+      ->group("Plan");
+  plan->add_option("--profile", flags->profile_file, "Use this profile (remat profile --save) instead of profiling")->group("Plan");
+  plan->add_option("--repeats", flags->repeats, "Profiling runs per stage")->capture_default_str()->check(CLI::Range(1, 100))->group("Plan");
+  plan->add_option("--slots", flags->slots, "Memory grid of the planner")->capture_default_str()->check(CLI::Range(1, 100000))->group("Plan");
+  plan->add_option("--save", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")->group("Output");
+  plan->add_flag("--json", flags->json, "Print JSON on stdout (human output goes to stderr)")->group("Output");
+  plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")->group("Output");
+  plan->add_option("--measure-steps", flags->measure_steps, "Measured steps per plan")->capture_default_str()->check(CLI::Range(1, 100))->group("Output");
+  plan->callback([flags] {
+    flags->model.apply_preset();
+    REMAT_CHECK(flags->policy.empty() || flags->budgets.empty(), "give --policy or --budget, not both.");
+    if (flags->budgets.empty()) {
+      run_policy_plan(*flags);
+    } else {
+      run_budget_plan(*flags);
+    }
+  });
+
+  auto profile_flags = std::make_shared<PlanFlags>();
+  CLI::App* profile = app.add_subcommand("profile", "Measure the GPT's per-stage costs (time, bytes kept, transients)");
+  profile_flags->model.add_to(*profile);
+  profile->add_option("--data", profile_flags->model.options.data_file, "Profile on this text file")->group("Model");
+  profile->add_option("--repeats", profile_flags->repeats, "Measured runs per stage")->capture_default_str()->check(CLI::Range(1, 100));
+  profile->add_option("--save", profile_flags->save_file, "Write the profile as JSON (for `remat plan --profile`)");
+  profile->callback([profile_flags] {
+    profile_flags->model.apply_preset();
+    const ModelCosts costs = profile_model(profile_flags->model.options, profile_flags->repeats);
+    std::cout << costs.half.to_table();
+    if (!profile_flags->save_file.empty()) {
+      save_profile(costs, profile_flags->save_file);
+      std::cout << "saved to " << profile_flags->save_file << "\n";
+    }
+  });
 }
 
 }  // namespace remat::cli

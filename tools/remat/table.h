@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -21,10 +22,18 @@ class Table {
     for (const auto& row : rows_) {
       for (size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
     }
+    // Columns of numbers align right, columns of words left.
+    std::vector<bool> left(width.size(), false);
+    for (const auto& row : rows_) {
+      for (size_t c = 0; c < row.size() && c < left.size(); ++c) {
+        const char first = row[c].empty() ? '0' : row[c][0];
+        if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-' || first == '.')) left[c] = true;
+      }
+    }
     auto line = [&](const std::vector<std::string>& cells) {
       for (size_t c = 0; c < width.size(); ++c) {
         const std::string cell = c < cells.size() ? cells[c] : "";
-        out << (c == 0 ? "" : "  ") << (c == 0 ? std::left : std::right) << std::setw(static_cast<int>(width[c])) << cell;
+        out << (c == 0 ? "" : "  ") << (left[c] ? std::left : std::right) << std::setw(static_cast<int>(width[c])) << cell;
       }
       out << std::right << "\n";
     };

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "model_flags.h"
+#include "planning.h"
+#include "remat/error.h"
 #include "remat/train/trainer.h"
 #include "table.h"
 
@@ -18,6 +20,8 @@ namespace {
 
 struct TrainFlags {
   ModelFlags model;
+  std::string budget;
+  int profile_repeats = 2;
   std::string save_dir;
   bool compare = false;
   bool json = false;
@@ -38,6 +42,23 @@ std::string printable(const std::string& text) {
 
 void run_train(TrainFlags& flags) {
   flags.model.apply_preset();
+  if (!flags.budget.empty()) {
+    // Profile, plan, then train under the plan; every input is checked before anything is written.
+    REMAT_CHECK(flags.model.options.plan_file.empty(), "give --budget or --plan, not both.");
+    auto& o = flags.model.options;
+    std::ostream& log = flags.json ? std::cerr : std::cout;
+    log << "profiling for --budget " << flags.budget << "...\n";
+    const ModelCosts costs = profile_model(o, flags.profile_repeats);
+    const int64_t budget = parse_budget(flags.budget, costs.unchecked_peak_bytes());
+    int64_t least = -1;
+    const PlanChoice choice = optimal_plan(costs, budget, 1000, &least);
+    REMAT_CHECK(choice.feasible, "no plan fits a budget of ", flags.budget, " (", budget, " bytes): the smallest ",
+                "feasible budget is ", least, " bytes (", format_bytes(least), ").");
+    o.plan = choice.plan;
+    o.plan_description = "optimal for --budget " + flags.budget + " = " + format_bytes(budget) + ", predicted peak " +
+                         format_bytes(choice.prediction.peak_bytes) + ", overhead " +
+                         fixed(100.0 * (choice.prediction.step_seconds / costs.unchecked().step_seconds - 1), 1) + "%";
+  }
   train::Trainer trainer(flags.model.options);
   const auto& o = trainer.options();
   std::ostream& out = flags.json ? std::cerr : std::cout;  // with --json, stdout holds only the JSON
@@ -133,6 +154,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--data", o.data_file, "Train on this text file instead of the fortunes corpus")->group("Training");
   cmd->add_option("--policy", o.policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Memory");
   cmd->add_option("--plan", o.plan_file, "A plan saved as JSON; overrides --policy")->group("Memory");
+  cmd->add_option("--budget", flags->budget,
+                  "Profile, then train under the fastest plan predicted to fit this activation budget "
+                  "(bytes, KiB/MiB/GiB, or % of the unchecked peak); overrides --policy")->group("Memory");
   cmd->add_option("--save", flags->save_dir, "Save the state here at the end (atomically)")->group("State");
   cmd->add_option("--resume", o.resume_dir, "Continue from the state saved here")->group("State");
   cmd->add_flag("--compare", flags->compare, "Also measure the unchecked run and print the ratios")->group("Report");

@@ -59,8 +59,10 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   // Everything that can be wrong with the input is checked before any state is touched.
   corpus_ = std::make_unique<Corpus>(options_.data_file.empty() ? Corpus::from_fortunes(options_.corpus_dir)
                                                                 : Corpus::from_file(options_.data_file));
-  std::optional<Plan> loaded_plan;
-  if (!options_.plan_file.empty()) {
+  std::optional<Plan> loaded_plan = options_.plan;
+  if (loaded_plan) {
+    plan_source_ = options_.plan_description.empty() ? "given plan" : options_.plan_description;
+  } else if (!options_.plan_file.empty()) {
     loaded_plan = Plan::from_json(read_text(options_.plan_file, "plan file"), options_.plan_file);
     plan_source_ = options_.plan_file;
   }
@@ -149,26 +151,40 @@ void Trainer::save(const std::string& dir) const {
   });
 }
 
-CompareResult Trainer::compare(int steps) {
-  auto [tokens, targets] = sampler_->next();
-  chain_->set_targets(targets);
-  const Plan none = Plan::plain(*chain_);
-  std::vector<double> plan_s, none_s;
-  CompareResult result;
-  for (int i = -1; i < steps; ++i) {  // one warm-up round
-    for (const Plan* p : std::initializer_list<const Plan*>{&none, &plan_}) {
-      optimizer_->zero_grad();
-      const auto m = measure_step([&] { return run_plan(*chain_, *p, tokens); });
-      if (i < 0) continue;
-      const bool is_plan = p == &plan_;
-      (is_plan ? plan_s : none_s).push_back(m.step_seconds);
-      auto& peak = is_plan ? result.plan_activation_peak_bytes : result.none_activation_peak_bytes;
-      peak = std::max(peak, m.activation_peak_bytes());
+std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
+                                           const at::Tensor& targets, int steps) {
+  REMAT_CHECK(steps >= 1, "measure_plans: steps must be at least 1.");
+  install_cpu_memory_tracker();
+  models::GptChain block_chain(model, "block"), half_chain(model, "half");
+  block_chain.set_targets(targets);
+  half_chain.set_targets(targets);
+  std::vector<std::vector<double>> seconds(plans.size());
+  std::vector<PlanMeasurement> result(plans.size());
+  for (int round = -1; round < steps; ++round) {  // round -1 warms up (and allocates gradients)
+    for (size_t p = 0; p < plans.size(); ++p) {
+      models::GptChain& chain = plans[p].granularity == "half" ? half_chain : block_chain;
+      for (auto& parameter : model->parameters()) {
+        if (parameter.grad().defined()) parameter.mutable_grad().zero_();
+      }
+      const auto m = measure_step([&] { return run_plan(chain, plans[p], tokens); });
+      if (round < 0) continue;
+      seconds[p].push_back(m.step_seconds);
+      result[p].activation_peak_bytes = std::max(result[p].activation_peak_bytes, m.activation_peak_bytes());
     }
   }
+  for (size_t p = 0; p < plans.size(); ++p) result[p].step_seconds = median(seconds[p]);
+  return result;
+}
+
+CompareResult Trainer::compare(int steps) {
+  auto [tokens, targets] = sampler_->next();
+  const auto measured = measure_plans(model_, {plan_, Plan::plain(*chain_)}, tokens, targets, steps);
   optimizer_->zero_grad();
-  result.plan_step_seconds = median(plan_s);
-  result.none_step_seconds = median(none_s);
+  CompareResult result;
+  result.plan_activation_peak_bytes = measured[0].activation_peak_bytes;
+  result.plan_step_seconds = measured[0].step_seconds;
+  result.none_activation_peak_bytes = measured[1].activation_peak_bytes;
+  result.none_step_seconds = measured[1].step_seconds;
   return result;
 }
 

@@ -29,6 +29,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "remat/chain.h"
+#include "remat/plan.h"
 
 namespace remat::models {
 
@@ -90,6 +91,11 @@ class GptImpl : public torch::nn::Module {
   GptConfig config_;
 };
 TORCH_MODULE(Gpt);
+
+/// The same plan at half-block granularity: block i becomes attn i, mlp i at the same place (in
+/// the same segment); a block option applies to both halves where the half offers it. Plans of both
+/// granularities are then costed on one (half-block) cost table.
+Plan to_half_granularity(const Plan& plan);
 
 /// The GPT as a chain: embed, then per block either one stage ("block") or two ("half":
 /// attention half, MLP half), then head (which returns the loss against the targets set with

@@ -28,6 +28,8 @@ struct TrainOptions {
   int64_t steps = 100;          ///< steps this run performs (a resumed run continues its count)
   std::string policy = "none";  ///< a policy name; ignored when `plan_file` is set
   std::string plan_file;        ///< a plan saved as JSON (remat plan --save)
+  std::optional<Plan> plan;     ///< a plan made by the caller (a planner); overrides the two above
+  std::string plan_description; ///< where `plan` came from, for reports
   int threads = 2;
   uint64_t seed = 0;
   std::string data_file;                            ///< empty: the default corpus
@@ -42,6 +44,16 @@ struct StepRecord {
   int64_t activation_peak_bytes = 0;
   int64_t tokens = 0;
 };
+
+struct PlanMeasurement {
+  int64_t activation_peak_bytes = 0;  ///< the largest over the measured steps
+  double step_seconds = 0;            ///< median forward + backward
+};
+
+/// Measures forward + backward of each plan on one batch, `steps` times each after one warm-up
+/// round, interleaved so machine drift hits all alike; the model is not updated.
+std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
+                                           const at::Tensor& targets, int steps);
 
 struct CompareResult {
   int64_t plan_activation_peak_bytes = 0, none_activation_peak_bytes = 0;

@@ -1,0 +1,30 @@
+// How long the optimal planner takes: a 47-layer GPT at half-block granularity is a chain of 96
+// stages (embed, 94 halves, head) with up to 3 options each; costs from the analytic estimator.
+#include <chrono>
+#include <iostream>
+
+#include "remat/models/estimator.h"
+#include "remat/planner.h"
+
+int main() {
+  remat::models::GptConfig config;
+  config.layers = 47;
+  config.hidden = 1024;
+  config.heads = 16;
+  config.sequence = 1024;
+  remat::models::EstimateOptions options;
+  options.granularity = "half";
+  options.dtype = "bf16";
+  const auto costs = remat::models::estimate_gpt(config, options).costs;
+  remat::models::GptChainShape chain(config.layers, "half");
+  std::cout << "optimal planner on " << costs.stages.size() << " stages (GPT " << config.describe() << ", half blocks)\n";
+  for (int64_t slots : {250, 500, 1000, 2000, 4000}) {
+    const auto start = std::chrono::steady_clock::now();
+    const remat::OptimalPlanner planner(costs, remat::Plan::plain(chain), slots);
+    const auto result = planner.plan(planner.min_feasible_budget_bytes() * 2);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "  " << slots << " memory slots (" << planner.unit_bytes() / 1024 << " KiB each): " << seconds * 1e3
+              << " ms to fill the table and plan" << (result.feasible ? "" : " (infeasible)") << "\n";
+  }
+  return 0;
+}

@@ -1,0 +1,115 @@
+#include "planning.h"
+
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/error.h"
+#include "remat/models/estimator.h"
+#include "remat/policies.h"
+#include "remat/profiler.h"
+#include "remat/train/corpus.h"
+#include "remat/models/gpt.h"
+
+namespace remat::cli {
+
+Prediction ModelCosts::predict(const Plan& plan) const { return simulate(models::to_half_granularity(plan), half); }
+
+Prediction ModelCosts::unchecked() const {
+  models::GptChainShape chain(layers(), "half");
+  return simulate(Plan::plain(chain), half);
+}
+
+ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
+  options.model.validate();
+  const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
+                                                         : train::Corpus::from_file(options.data_file);
+  train::BatchSampler sampler(corpus, options.batch, options.model.sequence, options.seed);
+  auto [tokens, targets] = sampler.next();
+  torch::manual_seed(options.seed);
+  models::Gpt model(options.model);
+  model->train();
+  models::GptChain chain(model, "half");
+  chain.set_targets(targets);
+  return ModelCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats))};
+}
+
+void save_profile(const ModelCosts& costs, const std::string& path) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << costs.half.to_json() << "\n";
+    REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
+  }
+  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot replace '", path, "'.");
+}
+
+ModelCosts load_profile(const std::string& path) {
+  std::ifstream in(path);
+  REMAT_CHECK(in.good(), "--profile: cannot read '", path, "'; write one with `remat profile --save FILE`.");
+  std::ostringstream text;
+  text << in.rdbuf();
+  ModelCosts costs{CostTable::from_json(text.str(), path)};
+  REMAT_CHECK(costs.half.granularity == "half" && costs.half.stages.size() >= 4 && costs.half.stages.size() % 2 == 0,
+              "--profile: '", path, "' is not a half-block profile of a GPT (write one with `remat profile --save`).");
+  costs.half.validate_against(models::GptChainShape(costs.layers(), "half"));
+  return costs;
+}
+
+PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t slots, int64_t* min_feasible_bytes) {
+  models::GptChainShape chain(costs.layers(), "half");
+  const OptimalPlanner planner(costs.half, Plan::plain(chain), slots, std::max(budget_bytes, costs.unchecked_peak_bytes()));
+  if (min_feasible_bytes != nullptr) *min_feasible_bytes = planner.min_feasible_budget_bytes();
+  const PlanResult r = planner.plan(budget_bytes);
+  PlanChoice best;
+  best.name = "optimal";
+  best.feasible = r.feasible;
+  best.plan = r.plan;
+  best.prediction = r.prediction;
+  return best;
+}
+
+std::vector<PlanChoice> other_plans(const ModelCosts& costs, int64_t layers, int64_t budget_bytes, int64_t slots) {
+  std::vector<PlanChoice> out;
+  const std::vector<std::string> policies = {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn",
+                                             "attn", "ffn+attn", "selective", "matmul-inputs"};
+  for (const auto& base : policies) {
+    for (const std::string suffix : {"", ",skip-ends"}) {
+      const std::string name = base + suffix;
+      PlanChoice choice;
+      choice.name = name;
+      try {
+        const std::string granularity = policy_granularity(name);
+        models::GptChainShape chain(layers, granularity);
+        choice.plan = policy_plan(name, chain);
+        choice.prediction = costs.predict(choice.plan);
+        choice.feasible = choice.prediction.peak_bytes <= budget_bytes;
+        out.push_back(choice);
+      } catch (const c10::Error&) {
+        // A policy that does not apply to this depth (segments:4 of 2 blocks) is not a candidate.
+      }
+    }
+  }
+  models::GptChainShape half_chain(layers, "half");
+  for (const auto& [name, result] :
+       {std::make_pair(std::string("revolve"), revolve_plan(costs.half, Plan::plain(half_chain), budget_bytes, slots)),
+        std::make_pair(std::string("chen"), chen_greedy_plan(costs.half, Plan::plain(half_chain), budget_bytes))}) {
+    PlanChoice choice;
+    choice.name = name;
+    choice.feasible = result.feasible;
+    choice.plan = result.plan;
+    choice.prediction = result.prediction;
+    out.push_back(choice);
+  }
+  return out;
+}
+
+std::string format_bytes(int64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return os.str();
+}
+
+}  // namespace remat::cli
