@@ -53,7 +53,10 @@ struct CheckpointState : torch::CustomClassHolder {
   std::vector<bool> input_defined;
   std::vector<bool> input_requires_grad;
   std::vector<OutputMeta> output_meta;
+  // Which generators to restore; their state tensors are saved tensors of the node, so a backward
+  // without retain_graph frees them with the inputs (not when the whole graph goes).
   detail::RngSnapshot rng;
+  size_t num_rng_tensors = 0;
   detail::AutocastSnapshot autocast;
   variable_list forward_outputs;  // handed from checkpoint() to forward(), then released
 };
@@ -130,7 +133,14 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs_and_parameters,
                                const c10::intrusive_ptr<CheckpointState>& state) {
     ctx->set_materialize_grads(false);
-    ctx->save_for_backward(inputs_and_parameters.vec());
+    variable_list saved = inputs_and_parameters.vec();
+    if (state->options.preserve_rng_state()) {
+      const auto rng_tensors = state->rng.tensors();
+      saved.insert(saved.end(), rng_tensors.begin(), rng_tensors.end());
+      state->num_rng_tensors = rng_tensors.size();
+      state->rng = state->rng.with_tensors(std::vector<at::Tensor>(rng_tensors.size()));  // keep only the devices
+    }
+    ctx->save_for_backward(saved);
     ctx->saved_data["state"] = c10::IValue::make_capsule(state);
     return std::move(state->forward_outputs);
   }
@@ -142,6 +152,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     // Throws LibTorch's "backward through the graph a second time" error once the saved tensors
     // were released by a backward without retain_graph.
     variable_list saved = ctx->get_saved_variables();
+    const variable_list rng_tensors(saved.end() - static_cast<std::ptrdiff_t>(state->num_rng_tensors), saved.end());
+    saved.resize(saved.size() - state->num_rng_tensors);
     // The node's inputs are the defined inputs, then the parameters; put undefined ones back.
     variable_list inputs(state->num_inputs);
     size_t next_saved = 0;
@@ -157,7 +169,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     variable_list outputs;
     {
       c10::optional<detail::ForkedRngScope> rng;
-      if (state->options.preserve_rng_state()) rng.emplace(state->rng);
+      if (state->options.preserve_rng_state()) rng.emplace(state->rng.with_tensors(rng_tensors));
       detail::AutocastScope autocast(state->autocast);
       c10::AutoGradMode grad_enabled(true);
       outputs = state->fn(recompute_inputs);

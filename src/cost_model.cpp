@@ -58,18 +58,23 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
     }
   };
   last_stage(item.segment);
+  const int64_t segment = costs.segment_bytes;
   for (int64_t k = s; k <= e; ++k) {
     const int64_t held_input = k == s ? 0 : stages[k - 1].output_bytes;
-    result.peak = std::max(result.peak, grad_t + held_input + stages[k].output_bytes + stages[k].nograd_extra_bytes);
+    result.peak = std::max(result.peak, segment + grad_t + held_input + stages[k].output_bytes + stages[k].nograd_extra_bytes);
     result.seconds += stages[k].nograd_seconds;
   }
   if (first + 1 < items.size()) {
     const Simulated rest = simulate_items(items, first + 1, e + 1, t, plan, costs);
-    result.peak = std::max(result.peak, stages[e].output_bytes + rest.peak);
+    result.peak = std::max(result.peak, segment + stages[e].output_bytes + rest.peak);
     result.seconds += rest.seconds;
   }
+  // During its backward a segment holds its saved RNG state and, while recomputing, a copy of the
+  // current one (restored afterwards): two states.
+  int64_t parameters = 0;
+  for (int64_t k = s; k <= e; ++k) parameters += stages[k].parameter_bytes;
   const Simulated inner = simulate_items(item.segment, 0, s, e, plan, costs);
-  result.peak = std::max(result.peak, inner.peak);
+  result.peak = std::max(result.peak, 2 * segment + parameters + inner.peak);
   result.seconds += inner.seconds;
   return result;
 }
@@ -99,11 +104,12 @@ std::string CostTable::to_json() const {
                               {"backward_extra_bytes", o.backward_extra_bytes}});
     }
     stages_json.push_back({{"name", s.name}, {"output_bytes", s.output_bytes}, {"input_grad_bytes", s.input_grad_bytes},
+                           {"parameter_bytes", s.parameter_bytes},
                            {"nograd_seconds", s.nograd_seconds}, {"nograd_extra_bytes", s.nograd_extra_bytes},
                            {"options", options_json}});
   }
   return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
-                         {"stages", stages_json}})
+                         {"segment_bytes", segment_bytes}, {"stages", stages_json}})
       .dump(2);
 }
 
@@ -120,11 +126,13 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   try {
     table.granularity = j.at("granularity").get<std::string>();
     table.source = j.value("source", source_name);
+    table.segment_bytes = j.value("segment_bytes", int64_t{0});
     for (const auto& s : j.at("stages")) {
       StageCost c;
       c.name = s.at("name").get<std::string>();
       c.output_bytes = s.at("output_bytes").get<int64_t>();
       c.input_grad_bytes = s.at("input_grad_bytes").get<int64_t>();
+      c.parameter_bytes = s.value("parameter_bytes", int64_t{0});
       c.nograd_seconds = s.at("nograd_seconds").get<double>();
       c.nograd_extra_bytes = s.at("nograd_extra_bytes").get<int64_t>();
       for (const auto& o : s.at("options")) {
@@ -144,8 +152,10 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
     REMAT_CHECK(false, source_name, ": malformed cost table (", e.what(), ").");
   }
   REMAT_CHECK(!table.stages.empty(), source_name, ": the cost table has no stages.");
+  REMAT_CHECK(table.segment_bytes >= 0, source_name, ": segment_bytes is negative.");
   for (const auto& s : table.stages) {
-    bool ok = s.output_bytes >= 0 && s.input_grad_bytes >= 0 && s.nograd_seconds >= 0 && s.nograd_extra_bytes >= 0;
+    bool ok = s.output_bytes >= 0 && s.input_grad_bytes >= 0 && s.nograd_seconds >= 0 && s.nograd_extra_bytes >= 0 &&
+              s.parameter_bytes >= 0;
     for (const auto& o : s.options) {
       ok = ok && o.forward_seconds >= 0 && o.backward_seconds >= 0 && o.kept_bytes >= 0 && o.forward_extra_bytes >= 0 &&
            o.backward_extra_bytes >= 0;

@@ -15,7 +15,7 @@ int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit
 
 // Stage costs in memory units, option by option (rounded up: feasible in units => fits in bytes).
 struct UnitStage {
-  int64_t x = 0, input_grad = 0, nograd_extra = 0;
+  int64_t x = 0, input_grad = 0, nograd_extra = 0, parameters = 0;
   double nograd_seconds = 0;
   struct Option {
     int64_t kept, forward_extra, backward_extra;
@@ -31,6 +31,7 @@ std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
     u.x = round_up(s.output_bytes, unit);
     u.input_grad = round_up(s.input_grad_bytes, unit);
     u.nograd_extra = round_up(s.nograd_extra_bytes, unit);
+    u.parameters = round_up(s.parameter_bytes, unit);
     u.nograd_seconds = s.nograd_seconds;
     for (const auto& o : s.options) {
       u.options.push_back({round_up(o.kept_bytes, unit), round_up(o.forward_extra_bytes, unit),
@@ -68,6 +69,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   slots_ = memory_slots;
   unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
   const auto stages = to_units(costs_, unit_);
+  const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
   for (const auto& s : stages) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
 
   interval_offset_.assign(n_ * n_, 0);
@@ -117,19 +119,22 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
       // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
       double forward_seconds = 0;
       int64_t forward_peak = 0;
+      int64_t parameters = 0;  // gradients the segment's backward returns at once
       for (int64_t j = s + 1; j <= t; ++j) {
         const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
         const int64_t held_input = k == s ? 0 : stages[k - 1].x;
-        forward_peak = std::max(forward_peak, grad_t + held_input + stages[k].x + stages[k].nograd_extra);
+        forward_peak = std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
         forward_seconds += stages[k].nograd_seconds;
-        const int64_t lowest = std::max(forward_peak, stages[k].x);
+        parameters += stages[k].parameters;
+        const int64_t x = stages[k].x;
+        const int64_t held_in_backward = 2 * segment_units + parameters;
+        const int64_t lowest = std::max(forward_peak, std::max(x + segment_units, held_in_backward));
         if (lowest > slots_) break;  // the forward's peak only grows with j
         const double* rest = &table_[index(j, t, 0)];
         const double* inner = &table_[index(s, k, 0)];
-        const int64_t x = stages[k].x;
         const auto segment_choice = max_options_ + static_cast<int32_t>(j);
         for (int64_t m = lowest; m <= slots_; ++m) {
-          const double total_seconds = forward_seconds + rest[m - x] + inner[m];
+          const double total_seconds = forward_seconds + rest[m - x - segment_units] + inner[m - held_in_backward];
           if (total_seconds < row[m]) {
             row[m] = total_seconds;
             chosen[m] = segment_choice;
@@ -168,10 +173,13 @@ void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem
     return;
   }
   const int64_t j = choice - max_options_;
+  const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
   std::vector<PlanItem> inner;
-  build(s, j - 1, m, inner, plan);
+  int64_t parameters = 0;
+  for (int64_t k = s; k < j; ++k) parameters += round_up(costs_.stages[k].parameter_bytes, unit_);
+  build(s, j - 1, m - 2 * segment_units - parameters, inner, plan);
   items.push_back(PlanItem::checkpointed(std::move(inner)));
-  build(j, t, m - round_up(costs_.stages[j - 1].output_bytes, unit_), items, plan);
+  build(j, t, m - segment_units - round_up(costs_.stages[j - 1].output_bytes, unit_), items, plan);
 }
 
 double OptimalPlanner::least_seconds(int64_t budget_bytes) const {

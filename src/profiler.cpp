@@ -4,12 +4,15 @@
 #include <chrono>
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/mul.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include "detail/cuda_memory.h"
 #include "detail/forward_state.h"
+#include "remat/checkpoint.h"
 #include "remat/error.h"
 #include "remat/memory.h"
 
@@ -59,12 +62,21 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
 
   CostTable table;
   table.granularity = chain.granularity();
+  {
+    // What one checkpointed segment holds beyond its tensors (its RNG state).
+    at::Tensor probe = at::ones({1}, input.options().dtype(at::kFloat)).requires_grad_(true);
+    detail::synchronize_if_cuda(device);
+    const int64_t before = memory_stats(device).current_bytes;
+    at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe);
+    table.segment_bytes = std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
+  }
   table.source = "profiled on " + device.str() + ": median of " + std::to_string(options.repeats()) + " runs, " +
                  std::to_string(at::get_num_threads()) + " threads";
   for (int64_t i = 0; i < n; ++i) {
     const StageInfo& info = chain.stages()[i];
     StageCost cost;
     cost.name = info.name;
+    for (const auto& p : chain.stage_parameters(i)) cost.parameter_bytes += storage_bytes(p);
     std::vector<double> nograd_times;
     int64_t nograd_extra = 0;
     for (const std::string& option : info.options) {

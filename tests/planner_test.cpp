@@ -24,6 +24,7 @@ CostTable random_chain(std::mt19937& rng, int n, int max_options) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   CostTable t;
   t.granularity = "test";
+  t.segment_bytes = uniform(0, 2);
   for (int i = 0; i < n; ++i) {
     remat::StageCost s;
     s.name = "s" + std::to_string(i);
@@ -31,6 +32,7 @@ CostTable random_chain(std::mt19937& rng, int n, int max_options) {
     s.input_grad_bytes = i == 0 ? 0 : t.stages[i - 1].output_bytes;
     s.nograd_seconds = uniform(1, 4);
     s.nograd_extra_bytes = uniform(0, 3);
+    s.parameter_bytes = uniform(0, 2);
     const int options = uniform(1, max_options);
     for (int o = 0; o < options; ++o) {
       remat::StageOptionCost c;

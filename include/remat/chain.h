@@ -35,6 +35,9 @@ class Chain {
   virtual std::string granularity() const = 0;
   /// Runs stage `index` on `input` with `option` (one of the stage's options).
   virtual at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) = 0;
+  /// The parameters stage `index` uses (their gradients are held together at the end of a
+  /// checkpointed segment's backward). Empty when unknown.
+  virtual std::vector<at::Tensor> stage_parameters(int64_t /*index*/) const { return {}; }
 
   int64_t size() const { return static_cast<int64_t>(stages().size()); }
   /// Number of blocks (the largest block index + 1).

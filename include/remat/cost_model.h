@@ -9,6 +9,7 @@
 //   forward_extra_bytes   of: transient peak of a recording forward above x(i-1) + xbar
 //   nograd_extra_bytes    og: transient peak of a no-grad forward above x(i-1) + x
 //   backward_extra_bytes  ob: transient peak of backward above a(i-1) + δ(i-1) + abar(i) + δ(i)
+//   parameter_bytes       p: gradients of its parameters, held until a segment's backward ends
 // The first stage's input (the batch) and the parameters and their gradients are held before the
 // forward: "activation" bytes exclude them. (Rotor's model, Beaumont et al. 2019; docs/planner.md.)
 #pragma once
@@ -31,6 +32,9 @@ struct StageCost {
   std::string name;
   int64_t output_bytes = 0;
   int64_t input_grad_bytes = 0;  ///< bytes of δ(i-1); 0 for a first stage whose input needs no grad
+  /// Bytes of the stage's parameter gradients: a checkpointed segment's backward returns those of
+  /// all its stages at once (they are inputs of its autograd node), so they add to its peak.
+  int64_t parameter_bytes = 0;
   double nograd_seconds = 0;
   int64_t nograd_extra_bytes = 0;
   std::vector<StageOptionCost> options;  ///< options[0] is the stage's default
@@ -43,6 +47,10 @@ struct CostTable {
   std::string granularity;
   std::vector<StageCost> stages;
   std::string source;  ///< e.g. "profiled: 3 runs, CPU, 2 threads" or "estimated: fp16"
+  /// Bytes each checkpointed segment holds beyond its boundary tensors, from its forward to the
+  /// end of its backward (the saved RNG state, about 5 KB per segment on CPU); twice that during
+  /// its recompute (the current RNG state is set aside meanwhile).
+  int64_t segment_bytes = 0;
 
   std::string to_json() const;
   static CostTable from_json(const std::string& text, const std::string& source_name = "profile");

@@ -112,13 +112,17 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
   table.source = "estimated: " + o.dtype + ", batch " + std::to_string(b) + ", " +
                  std::to_string(static_cast<int64_t>(o.flops_per_second / 1e9)) + " GFLOP/s";
   const int64_t boundary = T * h * e;
-  StageCost embed{"embed", boundary, 0, seconds(0), 0, {{"full", 0, 0, boundary + (dropout ? T * h * mask : 0), 0, 0}}};
+  // Parameter gradients in the activation dtype (weights and biases; LayerNorm affine).
+  const int64_t attention_parameters = (3 * h * h + 3 * h + h * h + h + 2 * h) * e;
+  const int64_t mlp_parameters = (4 * h * h + 4 * h + 4 * h * h + h + 2 * h) * e;
+  StageCost embed{"embed", boundary, 0, 0, seconds(0), 0, {{"full", 0, 0, boundary + (dropout ? T * h * mask : 0), 0, 0}}};
+  embed.parameter_bytes = (V + s) * h * e;
   table.stages.push_back(embed);
   for (int64_t layer = 0; layer < c.layers; ++layer) {
     const std::string n = std::to_string(layer);
     if (o.granularity == "block") {
-      StageCost block{"block" + n, boundary, boundary, seconds(attention.forward_flops + mlp.forward_flops),
-                      std::max(attention.nograd_extra, mlp.nograd_extra), {}};
+      StageCost block{"block" + n, boundary, boundary, attention_parameters + mlp_parameters,
+                      seconds(attention.forward_flops + mlp.forward_flops), std::max(attention.nograd_extra, mlp.nograd_extra), {}};
       const auto attention_options = option_costs(attention, true);
       const auto mlp_full = option_costs(mlp, false);
       for (const auto& ao : attention_options) {
@@ -132,15 +136,15 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
       }
       table.stages.push_back(block);
     } else {
-      table.stages.push_back({"attn" + n, boundary, boundary, seconds(attention.forward_flops), attention.nograd_extra,
-                              option_costs(attention, true)});
-      table.stages.push_back({"mlp" + n, boundary, boundary, seconds(mlp.forward_flops), mlp.nograd_extra,
+      table.stages.push_back({"attn" + n, boundary, boundary, attention_parameters, seconds(attention.forward_flops),
+                              attention.nograd_extra, option_costs(attention, true)});
+      table.stages.push_back({"mlp" + n, boundary, boundary, mlp_parameters, seconds(mlp.forward_flops), mlp.nograd_extra,
                               option_costs(mlp, false)});
     }
   }
   const double head_flops = 2.0 * T * h * V;
   const int64_t head_kept = stats + T * h * e + T * V * 4 + 4;  // LN, logits' log-softmax (fp32), loss
-  table.stages.push_back({"head", 4, boundary, seconds(head_flops), T * V * e,
+  table.stages.push_back({"head", 4, boundary, (2 * h + h * V) * e, seconds(head_flops), T * V * e,
                           {{"full", seconds(head_flops), seconds(2 * head_flops), head_kept, T * V * e, T * V * 4}}});
   return est;
 }

@@ -202,6 +202,31 @@ GptChain::GptChain(Gpt model, const std::string& granularity)
       granularity_(granularity),
       stages_(gpt_stages(static_cast<int64_t>(model_->blocks.size()), granularity)) {}
 
+std::vector<at::Tensor> GptChain::stage_parameters(int64_t index) const {
+  const StageInfo& stage = stages_.at(index);
+  std::vector<std::shared_ptr<torch::nn::Module>> modules;
+  switch (stage.role) {
+    case StageRole::input: modules = {model_->wte.ptr(), model_->wpe.ptr()}; break;
+    case StageRole::output: modules = {model_->ln_f.ptr(), model_->head.ptr()}; break;
+    case StageRole::block: modules = {model_->blocks[stage.block].ptr()}; break;
+    case StageRole::attention: {
+      const auto& b = model_->blocks[stage.block];
+      modules = {b->ln1.ptr(), b->qkv.ptr(), b->proj.ptr()};
+      break;
+    }
+    case StageRole::feed_forward: {
+      const auto& b = model_->blocks[stage.block];
+      modules = {b->ln2.ptr(), b->fc1.ptr(), b->fc2.ptr()};
+      break;
+    }
+  }
+  std::vector<at::Tensor> parameters;
+  for (const auto& m : modules) {
+    for (const auto& p : m->parameters()) parameters.push_back(p);
+  }
+  return parameters;
+}
+
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
   const StageInfo& stage = stages_.at(index);
   const Keep keep = parse_keep(option);

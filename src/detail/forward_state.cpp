@@ -66,6 +66,20 @@ RngSnapshot RngSnapshot::capture_like(const RngSnapshot& like) {
   return snapshot;
 }
 
+std::vector<at::Tensor> RngSnapshot::tensors() const {
+  std::vector<at::Tensor> out{cpu_state_};
+  for (const auto& [index, state] : cuda_states_) out.push_back(state);
+  return out;
+}
+
+RngSnapshot RngSnapshot::with_tensors(const std::vector<at::Tensor>& tensors) const {
+  TORCH_INTERNAL_ASSERT(tensors.size() == 1 + cuda_states_.size(), "RNG snapshot: wrong number of state tensors");
+  RngSnapshot out;
+  out.cpu_state_ = tensors[0];
+  for (size_t i = 0; i < cuda_states_.size(); ++i) out.cuda_states_.emplace_back(cuda_states_[i].first, tensors[i + 1]);
+  return out;
+}
+
 void RngSnapshot::restore() const {
   set_generator_state(at::detail::getDefaultCPUGenerator(), cpu_state_);
   for (const auto& [index, state] : cuda_states_) set_generator_state(cuda_generator(index), state);

@@ -21,6 +21,11 @@ class RngSnapshot {
   static RngSnapshot capture_like(const RngSnapshot& like);
   void restore() const;
 
+  /// The state tensors (CPU first, then each CUDA device's), so the caller can keep them where
+  /// autograd frees them after backward; `with_tensors` puts them back.
+  std::vector<at::Tensor> tensors() const;
+  RngSnapshot with_tensors(const std::vector<at::Tensor>& tensors) const;
+
  private:
   at::Tensor cpu_state_;
   std::vector<std::pair<c10::DeviceIndex, at::Tensor>> cuda_states_;

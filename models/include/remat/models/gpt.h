@@ -107,6 +107,7 @@ class GptChain : public Chain {
   const std::vector<StageInfo>& stages() const override { return stages_; }
   std::string granularity() const override { return granularity_; }
   at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override;
+  std::vector<at::Tensor> stage_parameters(int64_t index) const override;
 
   /// The next-token targets (B,T) the head stage's loss uses.
   void set_targets(const at::Tensor& targets) { targets_ = targets; }
