@@ -12,8 +12,10 @@
 #include <torch/torch.h>
 
 #include "remat/checkpoint.h"
+#include "remat/cpu_threads.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
+#include "../tools/remat/keep_freed_memory.h"
 
 namespace {
 
@@ -48,7 +50,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads)->capture_default_str();
   app.add_option("--json", json_path, "Also write the figures to this JSON file");
   CLI11_PARSE(app, argc, argv);
-  at::set_num_threads(threads);
+  std::cout << "threads: " << remat::set_cpu_threads(threads) << "\n";
+  remat::cli::keep_freed_memory();
 
   // (1) Tiny function: 16 floats, two ops. Forward-only and forward+backward, interleaved rounds.
   at::Tensor w = torch::randn({16}, torch::requires_grad());

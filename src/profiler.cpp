@@ -77,20 +77,23 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     StageCost cost;
     cost.name = info.name;
     for (const auto& p : chain.stage_parameters(i)) cost.parameter_bytes += storage_bytes(p);
+    // Options and the segment-style forward are measured in interleaved rounds, so that machine
+    // drift (two shared cores) moves them alike rather than favouring whichever ran last.
     std::vector<double> nograd_times;
     int64_t nograd_extra = 0;
-    for (const std::string& option : info.options) {
-      StageOptionCost oc;
-      oc.option = option;
-      std::vector<double> forward_times, backward_times;
-      for (int r = -options.warmup(); r < options.repeats(); ++r) {
+    std::vector<std::vector<double>> forward_times(info.options.size()), backward_times(info.options.size());
+    cost.options.resize(info.options.size());
+    for (size_t o = 0; o < info.options.size(); ++o) cost.options[o].option = info.options[o];
+    for (int r = -options.warmup(); r < options.repeats(); ++r) {
+      for (size_t o = 0; o < info.options.size(); ++o) {
+        StageOptionCost& oc = cost.options[o];
         at::Tensor x = stage_input(activations[i], i == 0);
         // Recording forward.
         detail::synchronize_if_cuda(device);
         const int64_t before = memory_stats(device).current_bytes;
         reset_peak_memory(device);
         auto start = Clock::now();
-        at::Tensor y = chain.forward_stage(i, x, option);
+        at::Tensor y = chain.forward_stage(i, x, oc.option);
         const double forward_seconds = seconds_since(start, device);
         const auto after_forward = memory_stats(device);
         REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require grad.");
@@ -104,8 +107,8 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
         const auto after_backward = memory_stats(device);
         const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
         if (r < 0) continue;
-        forward_times.push_back(forward_seconds);
-        backward_times.push_back(backward_seconds);
+        forward_times[o].push_back(forward_seconds);
+        backward_times[o].push_back(backward_seconds);
         oc.kept_bytes = std::max(oc.kept_bytes, after_forward.current_bytes - before);
         oc.forward_extra_bytes = std::max(oc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
         oc.backward_extra_bytes =
@@ -113,12 +116,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
         cost.output_bytes = storage_bytes(y);
         cost.input_grad_bytes = input_grad;
       }
-      oc.forward_seconds = median(forward_times);
-      oc.backward_seconds = median(backward_times);
-      cost.options.push_back(oc);
-    }
-    // Forward as a checkpointed segment runs it: recorded, saved tensors dropped.
-    for (int r = -options.warmup(); r < options.repeats(); ++r) {
+      // Forward as a checkpointed segment runs it: recorded, saved tensors dropped.
       at::Tensor x = stage_input(activations[i], i == 0);
       detail::synchronize_if_cuda(device);
       const int64_t before = memory_stats(device).current_bytes;
@@ -134,6 +132,10 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
       if (r < 0) continue;
       nograd_times.push_back(seconds);
       nograd_extra = std::max<int64_t>(nograd_extra, after.peak_bytes - before - storage_bytes(y));
+    }
+    for (size_t o = 0; o < info.options.size(); ++o) {
+      cost.options[o].forward_seconds = median(forward_times[o]);
+      cost.options[o].backward_seconds = median(backward_times[o]);
     }
     cost.nograd_seconds = median(nograd_times);
     cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);

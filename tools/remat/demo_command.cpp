@@ -14,6 +14,7 @@
 #include <torch/utils.h>
 
 #include "remat/checkpointed.h"
+#include "remat/cpu_threads.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
 #include "table.h"
@@ -35,7 +36,7 @@ struct Strategy {
 };
 
 void run_demo(const DemoOptions& o) {
-  at::set_num_threads(o.threads);
+  const std::string threads = set_cpu_threads(o.threads);
   install_cpu_memory_tracker();
   torch::manual_seed(o.seed);
   models::LayerStack stack(o.layers, o.channels, o.dropout);
@@ -54,7 +55,7 @@ void run_demo(const DemoOptions& o) {
 
   std::cout << "remat demo: " << o.layers << " residual layers (LayerNorm, Linear " << o.channels << "->"
             << 4 * o.channels << ", GELU, Linear, dropout " << o.dropout << "), input " << o.batch << "x"
-            << o.tokens << "x" << o.channels << " fp32, " << o.threads << " threads, " << o.steps
+            << o.tokens << "x" << o.channels << " fp32, " << threads << ", " << o.steps
             << " measured steps per strategy after one warm-up, interleaved\n";
   const at::Tensor input = x.clone().requires_grad_(true);
   const bool progress_on_terminal = isatty(STDERR_FILENO) != 0;

@@ -6,10 +6,12 @@
 
 #include "demo_command.h"
 #include "estimate_command.h"
+#include "keep_freed_memory.h"
 #include "plan_command.h"
 #include "train_command.h"
 
 int main(int argc, char** argv) {
+  remat::cli::keep_freed_memory();
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);
   remat::cli::add_train_command(app);

@@ -15,7 +15,7 @@ void ModelFlags::add_to(CLI::App& command) {
   command.add_option("--seq", m.sequence, "Sequence length in bytes")->capture_default_str()->group("Model");
   command.add_option("--dropout", m.dropout, "Dropout probability")->capture_default_str()->group("Model");
   command.add_option("--batch", options.batch, "Sequences per step")->capture_default_str()->group("Training");
-  command.add_option("--threads", options.threads, "Intra-op CPU threads")->capture_default_str()->group("Training");
+  command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, see remat/cpu_threads.h)")->capture_default_str()->group("Training");
   command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")->capture_default_str()->group("Training");
 }
 

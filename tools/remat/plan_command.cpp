@@ -29,7 +29,7 @@ struct PlanFlags {
   std::string budgets;
   std::string profile_file;
   std::string save_file;
-  int repeats = 3;
+  int repeats = 5;
   int64_t slots = 1000;
   bool json = false;
   bool measure = false;

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "remat/cpu_threads.h"
 #include "remat/error.h"
 #include "remat/models/estimator.h"
 #include "remat/policies.h"
@@ -24,6 +25,7 @@ Prediction ModelCosts::unchecked() const {
 
 ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
   options.model.validate();
+  set_cpu_threads(options.threads);
   const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
                                                          : train::Corpus::from_file(options.data_file);
   train::BatchSampler sampler(corpus, options.batch, options.model.sequence, options.seed);

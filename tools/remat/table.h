@@ -33,7 +33,9 @@ class Table {
     auto line = [&](const std::vector<std::string>& cells) {
       for (size_t c = 0; c < width.size(); ++c) {
         const std::string cell = c < cells.size() ? cells[c] : "";
-        out << (c == 0 ? "" : "  ") << (left[c] ? std::left : std::right) << std::setw(static_cast<int>(width[c])) << cell;
+        const bool last = c + 1 == width.size();
+        const int pad = last && left[c] ? 0 : static_cast<int>(width[c]);  // no trailing blanks
+        out << (c == 0 ? "" : "  ") << (left[c] ? std::left : std::right) << std::setw(pad) << cell;
       }
       out << std::right << "\n";
     };

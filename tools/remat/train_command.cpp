@@ -21,7 +21,7 @@ namespace {
 struct TrainFlags {
   ModelFlags model;
   std::string budget;
-  int profile_repeats = 2;
+  int profile_repeats = 3;
   std::string save_dir;
   bool compare = false;
   bool json = false;
@@ -65,7 +65,7 @@ void run_train(TrainFlags& flags) {
   const bool terminal = isatty(STDERR_FILENO) != 0;
 
   out << "remat train: GPT " << o.model.describe() << "; batch " << o.batch << ", lr " << o.lr << " (warm-up "
-      << o.warmup_steps << "), " << o.threads << " threads, seed " << o.seed << "\n"
+      << o.warmup_steps << "), " << trainer.threads_description() << ", seed " << o.seed << "\n"
       << "  corpus: " << trainer.corpus().source() << ", " << trainer.corpus().bytes().size() << " bytes\n"
       << "  plan (" << trainer.plan_source() << "): " << trainer.plan().to_string() << "\n";
   if (trainer.global_step() > 0) out << "  resumed at step " << trainer.global_step() << "\n";

@@ -9,6 +9,7 @@
 #include <torch/serialize.h>
 #include <torch/utils.h>
 
+#include "remat/cpu_threads.h"
 #include "remat/error.h"
 #include "remat/memory.h"
 #include "remat/policies.h"
@@ -53,7 +54,7 @@ void check_options(const TrainOptions& o) {
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   check_options(options_);
-  at::set_num_threads(options_.threads);
+  threads_description_ = set_cpu_threads(options_.threads);
   install_cpu_memory_tracker();
 
   // Everything that can be wrong with the input is checked before any state is touched.

@@ -79,6 +79,7 @@ class Trainer {
   int64_t global_step() const { return step_; }
   const TrainOptions& options() const { return options_; }
   const Corpus& corpus() const { return *corpus_; }
+  const std::string& threads_description() const { return threads_description_; }
 
  private:
   TrainOptions options_;
@@ -90,6 +91,7 @@ class Trainer {
   std::string plan_source_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
+  std::string threads_description_;
 };
 
 }  // namespace remat::train
