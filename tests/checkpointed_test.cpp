@@ -8,6 +8,8 @@
 #include "support/compare.h"
 #include "remat/models/layer_stack.h"
 
+using remat::testing::error_of;
+
 namespace {
 
 // Counts its forward calls: a checkpointed forward runs twice (forward, recompute).
@@ -22,15 +24,6 @@ class CountingImpl : public torch::nn::Module {
   int calls = 0;
 };
 TORCH_MODULE(Counting);
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
 
 }  // namespace
 

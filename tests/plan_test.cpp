@@ -4,11 +4,14 @@
 
 #include "remat/models/gpt.h"
 #include "remat/policies.h"
+#include "support/compare.h"
 
 using remat::Plan;
 using remat::models::Gpt;
 using remat::models::GptChain;
 using remat::models::GptConfig;
+
+using remat::testing::error_of;
 
 namespace {
 
@@ -27,18 +30,6 @@ std::string compact(const std::string& policy, int64_t layers = 4) {
   plan.validate_against(chain);
   return plan.to_string();
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "no error";
-}
-
-#define EXPECT_ERROR(statement, fragment) EXPECT_NE(error_of([&] { statement; }).find(fragment), std::string::npos) \
-    << error_of([&] { statement; })
 
 const char* kValidPlan = R"({"format": "remat-plan", "version": 1, "granularity": "block",
   "stages": ["embed", "block0", "block1", "head"], "options": ["full", "full", "selective", "full"],
@@ -72,12 +63,12 @@ TEST(Policies, EveryPolicyIsDescribed) {
 }
 
 TEST(Policies, RejectUnknownNamesAndBadNumbers) {
-  EXPECT_ERROR(remat::policy_granularity("blocks"), "unknown policy 'blocks'. Known policies: none, block");
-  EXPECT_ERROR(remat::policy_granularity("every"), "needs a number: every:K");
-  EXPECT_ERROR(remat::policy_granularity("every:0"), "K must be a whole number >= 1");
-  EXPECT_ERROR(remat::policy_granularity("every:2x"), "K must be a whole number >= 1");
-  EXPECT_ERROR(remat::policy_granularity("block:2"), "only every:K and segments:K take a number");
-  EXPECT_ERROR(compact("segments:5"), "K must be at most the number of blocks");
+  REMAT_EXPECT_ERROR(remat::policy_granularity("blocks"), "unknown policy 'blocks'. Known policies: none, block");
+  REMAT_EXPECT_ERROR(remat::policy_granularity("every"), "needs a number: every:K");
+  REMAT_EXPECT_ERROR(remat::policy_granularity("every:0"), "K must be a whole number >= 1");
+  REMAT_EXPECT_ERROR(remat::policy_granularity("every:2x"), "K must be a whole number >= 1");
+  REMAT_EXPECT_ERROR(remat::policy_granularity("block:2"), "only every:K and segments:K take a number");
+  REMAT_EXPECT_ERROR(compact("segments:5"), "K must be at most the number of blocks");
 }
 
 TEST(Plan, JsonRoundTripKeepsNestingAndOptions) {
@@ -92,32 +83,32 @@ TEST(Plan, JsonRoundTripKeepsNestingAndOptions) {
 }
 
 TEST(Plan, MalformedJsonIsAClearError) {
-  EXPECT_ERROR(Plan::from_json("{not json", "p.json"), "p.json: not valid JSON");
-  EXPECT_ERROR(Plan::from_json("[]", "p.json"), "not a remat plan");
-  EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 7})", "p.json"), "version 7 is not supported");
-  EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 1, "granularity": "block"})", "p.json"),
+  REMAT_EXPECT_ERROR(Plan::from_json("{not json", "p.json"), "p.json: not valid JSON");
+  REMAT_EXPECT_ERROR(Plan::from_json("[]", "p.json"), "not a remat plan");
+  REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 7})", "p.json"), "version 7 is not supported");
+  REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 1, "granularity": "block"})", "p.json"),
                "field 'stages' must be");
   auto with_plan = [](const std::string& plan_array, const std::string& options = R"(["full","full","full","full"])") {
     return R"({"format": "remat-plan", "version": 1, "granularity": "block",
       "stages": ["embed", "block0", "block1", "head"], "options": )" + options + R"(, "plan": )" + plan_array + "}";
   };
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block7", "block1", "head"])")), "unknown stage 'block7'");
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block1", "block0", "head"])")), "expected 'block0' but found 'block1'");
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block0", "block1", "head"])")), "expected 'block1' but found 'block0'");
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"checkpoint": []}, "block0", "block1", "head"])")), "segment is empty");
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0"])")), "the plan stops at stage 'block1'");
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"keep": ["block0"]}, "block1", "head"])")), "expected a stage name or");
-  EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block1", "head"])", R"(["full"])")), "'options' has 1 entries");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block7", "block1", "head"])")), "unknown stage 'block7'");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block1", "block0", "head"])")), "expected 'block0' but found 'block1'");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block0", "block1", "head"])")), "expected 'block1' but found 'block0'");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"checkpoint": []}, "block0", "block1", "head"])")), "segment is empty");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0"])")), "the plan stops at stage 'block1'");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"keep": ["block0"]}, "block1", "head"])")), "expected a stage name or");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block1", "head"])", R"(["full"])")), "'options' has 1 entries");
 }
 
 TEST(Plan, APlanForAnotherChainIsRefused) {
   const Plan plan = Plan::from_json(kValidPlan);  // 2 blocks
   GptChain four_blocks(Gpt(tiny(4)), "block");
-  EXPECT_ERROR(plan.validate_against(four_blocks), "the plan was made for a chain of 4 stages at granularity 'block'");
+  REMAT_EXPECT_ERROR(plan.validate_against(four_blocks), "the plan was made for a chain of 4 stages at granularity 'block'");
   GptChain halves(Gpt(tiny(2)), "half");
-  EXPECT_ERROR(plan.validate_against(halves), "this model's chain has 6 stages at granularity 'half'");
+  REMAT_EXPECT_ERROR(plan.validate_against(halves), "this model's chain has 6 stages at granularity 'half'");
   Plan bad_option = Plan::from_json(kValidPlan);
   bad_option.options[3] = "selective";
   GptChain two(Gpt(tiny(2)), "block");
-  EXPECT_ERROR(bad_option.validate_against(two), "stage 'head' has no option 'selective'; it offers: full");
+  REMAT_EXPECT_ERROR(bad_option.validate_against(two), "stage 'head' has no option 'selective'; it offers: full");
 }

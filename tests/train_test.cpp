@@ -15,6 +15,8 @@ namespace fs = std::filesystem;
 using remat::train::Trainer;
 using remat::train::TrainOptions;
 
+using remat::testing::error_of;
+
 namespace {
 
 TrainOptions small_run(const std::string& policy = "none") {
@@ -50,19 +52,6 @@ void expect_same_parameters(const RunOutcome& a, const RunOutcome& b) {
     EXPECT_TRUE(remat::testing::bitwise_equal(a.parameters[i].second, b.parameters[i].second)) << a.parameters[i].first;
   }
 }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "no error";
-}
-
-#define EXPECT_ERROR(statement, fragment) \
-  do { const std::string message_ = error_of([&] { statement; }); \
-       EXPECT_NE(message_.find(fragment), std::string::npos) << message_; } while (0)
 
 class TempDir {
  public:
@@ -164,31 +153,31 @@ TEST(Train, ResumeGivesTheParametersOfAStraightRun) {
 TEST(Train, BadModelFlagsDataAndPlansAreClearErrors) {
   TrainOptions o = small_run();
   o.model.heads = 5;
-  EXPECT_ERROR(Trainer{o}, "--heads (5) must divide --hidden (32)");
-  EXPECT_ERROR(Trainer{small_run("nonsense")}, "unknown policy 'nonsense'");
+  REMAT_EXPECT_ERROR(Trainer{o}, "--heads (5) must divide --hidden (32)");
+  REMAT_EXPECT_ERROR(Trainer{small_run("nonsense")}, "unknown policy 'nonsense'");
 
   TempDir dir;
   o = small_run();
   o.data_file = (dir / "missing.txt").string();
-  EXPECT_ERROR(Trainer{o}, "does not exist; --data takes a text file");
+  REMAT_EXPECT_ERROR(Trainer{o}, "does not exist; --data takes a text file");
   write_file(dir / "empty.txt", "");
   o.data_file = (dir / "empty.txt").string();
-  EXPECT_ERROR(Trainer{o}, "is empty");
+  REMAT_EXPECT_ERROR(Trainer{o}, "is empty");
   write_file(dir / "short.txt", "too short");
   o.data_file = (dir / "short.txt").string();
-  EXPECT_ERROR(Trainer{o}, "fewer than one training window of --seq + 1 = 17 bytes");
+  REMAT_EXPECT_ERROR(Trainer{o}, "fewer than one training window of --seq + 1 = 17 bytes");
   o = small_run();
   o.corpus_dir = (dir / "no-fortunes").string();
-  EXPECT_ERROR(Trainer{o}, "Install Debian's `fortunes` package");
+  REMAT_EXPECT_ERROR(Trainer{o}, "Install Debian's `fortunes` package");
 
   o = small_run();
   o.plan_file = (dir / "absent.json").string();
-  EXPECT_ERROR(Trainer{o}, "plan file '");
+  REMAT_EXPECT_ERROR(Trainer{o}, "plan file '");
   write_file(dir / "two-layers.json", R"({"format": "remat-plan", "version": 1, "granularity": "block",
     "stages": ["embed", "block0", "block1", "head"], "options": ["full", "full", "full", "full"],
     "plan": ["embed", {"checkpoint": ["block0"]}, "block1", "head"]})");
   o.plan_file = (dir / "two-layers.json").string();
-  EXPECT_ERROR(Trainer{o}, "the plan was made for a chain of 4 stages");
+  REMAT_EXPECT_ERROR(Trainer{o}, "the plan was made for a chain of 4 stages");
 }
 
 TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesNothing) {
@@ -205,22 +194,22 @@ TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesN
   TrainOptions other = small_run();
   other.model.hidden = 64;
   other.resume_dir = state;
-  EXPECT_ERROR(Trainer{other}, "was saved for a model with hidden 32 but this run asks for 64");
+  REMAT_EXPECT_ERROR(Trainer{other}, "was saved for a model with hidden 32 but this run asks for 64");
   TrainOptions missing = small_run();
   missing.resume_dir = (dir / "nowhere").string();
-  EXPECT_ERROR(Trainer{missing}, "is not a directory of saved state");
+  REMAT_EXPECT_ERROR(Trainer{missing}, "is not a directory of saved state");
 
   // Truncated: a crash of some other writer, or a copy cut short.
   write_file(dir / "model.backup", model_bytes);
   write_file(step_dir / "model.pt", model_bytes.substr(0, model_bytes.size() / 2));
   TrainOptions resume = small_run();
   resume.resume_dir = state;
-  EXPECT_ERROR(Trainer{resume}, "is truncated or was changed");
+  REMAT_EXPECT_ERROR(Trainer{resume}, "is truncated or was changed");
   // Same size, one byte flipped.
   std::string flipped = model_bytes;
   flipped[flipped.size() / 2] ^= 0x5a;
   write_file(step_dir / "model.pt", flipped);
-  EXPECT_ERROR(Trainer{resume}, "does not match its checksum");
+  REMAT_EXPECT_ERROR(Trainer{resume}, "does not match its checksum");
   EXPECT_EQ(read_file(step_dir / "model.pt"), flipped) << "a failed resume must not write";
 
   write_file(step_dir / "model.pt", model_bytes);

@@ -1,6 +1,7 @@
 // Test helpers: run a model twice (plain and checkpointed) from the same seed and compare.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,4 +42,21 @@ inline void expect_same_grads(const std::vector<std::pair<std::string, at::Tenso
   }
 }
 
+/// The message of the c10::Error `f` throws, or "no error".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "no error";
+}
+
 }  // namespace remat::testing
+
+/// Expects `statement` to throw a c10::Error whose message contains `fragment`.
+#define REMAT_EXPECT_ERROR(statement, fragment)                                      \
+  do {                                                                              \
+    const std::string message_ = remat::testing::error_of([&] { statement; });      \
+    EXPECT_NE(message_.find(fragment), std::string::npos) << message_;             \
+  } while (0)

@@ -148,13 +148,7 @@ void run_budget_plan(PlanFlags& flags) {
 
   if (flags.measure) {
     // One model, one batch; every plan measured in interleaved rounds.
-    const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
-                                                           : train::Corpus::from_file(options.data_file);
-    train::BatchSampler sampler(corpus, options.batch, options.model.sequence, options.seed);
-    auto [tokens, targets] = sampler.next();
-    torch::manual_seed(options.seed);
-    models::Gpt model(options.model);
-    model->train();
+    const SampleModel sample = make_sample_model(options);
     std::vector<Plan> plans = {Plan::plain(block_chain)};
     std::map<std::string, size_t> index;  // by compact form: a plan measured once
     index[plans[0].to_string()] = 0;
@@ -173,7 +167,7 @@ void run_budget_plan(PlanFlags& flags) {
       if (o.name != "revolve" && o.name != "chen") manual.emplace_back(o.name, add(o.plan));
     }
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
-    const auto measured = train::measure_plans(model, plans, tokens, targets, flags.measure_steps);
+    const auto measured = train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
     const double none_measured = measured[0].step_seconds;
     Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
                  "best manual fitting", "its measured overhead", "optimal <= best"});

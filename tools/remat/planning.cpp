@@ -23,19 +23,25 @@ Prediction ModelCosts::unchecked() const {
   return simulate(Plan::plain(chain), half);
 }
 
-ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
+SampleModel make_sample_model(const train::TrainOptions& options) {
   options.model.validate();
   set_cpu_threads(options.threads);
   const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
                                                          : train::Corpus::from_file(options.data_file);
   train::BatchSampler sampler(corpus, options.batch, options.model.sequence, options.seed);
-  auto [tokens, targets] = sampler.next();
+  SampleModel sample;
+  std::tie(sample.tokens, sample.targets) = sampler.next();
   torch::manual_seed(options.seed);
-  models::Gpt model(options.model);
-  model->train();
-  models::GptChain chain(model, "half");
-  chain.set_targets(targets);
-  return ModelCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats))};
+  sample.model = models::Gpt(options.model);
+  sample.model->train();
+  return sample;
+}
+
+ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
+  const SampleModel sample = make_sample_model(options);
+  models::GptChain chain(sample.model, "half");
+  chain.set_targets(sample.targets);
+  return ModelCosts{profile_chain(chain, sample.tokens, ProfileOptions().repeats(repeats))};
 }
 
 void save_profile(const ModelCosts& costs, const std::string& path) {

@@ -7,6 +7,7 @@
 
 #include "remat/cost_model.h"
 #include "remat/planner.h"
+#include "remat/models/gpt.h"
 #include "remat/train/trainer.h"
 
 namespace remat::cli {
@@ -21,6 +22,13 @@ struct ModelCosts {
   Prediction unchecked() const;
   int64_t unchecked_peak_bytes() const { return unchecked().peak_bytes; }
 };
+
+/// The GPT of `options` (seeded, in training mode) and one batch of its corpus.
+struct SampleModel {
+  models::Gpt model{nullptr};
+  at::Tensor tokens, targets;
+};
+SampleModel make_sample_model(const train::TrainOptions& options);
 
 /// Profiles the GPT of `options` (half-block chain) on a batch of its corpus.
 ModelCosts profile_model(const train::TrainOptions& options, int repeats);
