@@ -65,7 +65,7 @@ void run_estimate(EstimateFlags& f) {
 
   const int64_t unchecked = costs.unchecked_peak_bytes();
   int64_t least = -1;
-  optimal_plan(costs, unchecked, 1000, &least);
+  optimal_plan(costs, 0, 1000, &least);  // nothing fits 0 bytes: it searches for the least budget
   const double none_seconds = costs.unchecked().step_seconds;
   std::cout << "\nwhole model, " << f.model.layers << " layers: activation peak per policy (the simulator on these costs; "
             << "times from FLOPs at " << fixed(f.options.flops_per_second / 1e12, 2) << " TFLOP/s):\n";

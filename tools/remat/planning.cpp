@@ -68,9 +68,21 @@ ModelCosts load_profile(const std::string& path) {
 
 PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t slots, int64_t* min_feasible_bytes) {
   models::GptChainShape chain(costs.layers(), "half");
-  const OptimalPlanner planner(costs.half, Plan::plain(chain), slots, std::max(budget_bytes, costs.unchecked_peak_bytes()));
-  if (min_feasible_bytes != nullptr) *min_feasible_bytes = planner.min_feasible_budget_bytes();
+  const Plan plain = Plan::plain(chain);
+  // The table spans [0, budget]: its memory unit is budget/slots, so rounding costs at most a
+  // slot per term of the recurrence, relative to the budget asked for.
+  const OptimalPlanner planner(costs.half, plain, slots, std::max<int64_t>(budget_bytes, 1));
   const PlanResult r = planner.plan(budget_bytes);
+  if (min_feasible_bytes != nullptr) {
+    int64_t least = planner.min_feasible_budget_bytes();
+    if (least < 0) {
+      // Infeasible here: find the least budget on the whole range, then again on a finer grid.
+      const OptimalPlanner coarse(costs.half, plain, slots, costs.unchecked_peak_bytes());
+      least = coarse.min_feasible_budget_bytes();
+      if (least > 0) least = OptimalPlanner(costs.half, plain, slots, least).min_feasible_budget_bytes();
+    }
+    *min_feasible_bytes = least;
+  }
   PlanChoice best;
   best.name = "optimal";
   best.feasible = r.feasible;
