@@ -64,7 +64,9 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   if (max_budget_bytes <= 0) {
     Plan none = template_;
     for (int64_t i = 0; i < n_; ++i) none.options[i] = costs_.stages[i].options.front().option;
-    max_budget_bytes = std::max<int64_t>(simulate(none, costs_).peak_bytes, 1);
+    // Twice the unchecked peak: with sizes rounded up to units, the unchecked plan itself needs
+    // headroom to stay feasible.
+    max_budget_bytes = 2 * std::max<int64_t>(simulate(none, costs_).peak_bytes, 1);
   }
   slots_ = memory_slots;
   unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));

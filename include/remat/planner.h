@@ -32,7 +32,7 @@ struct PlanResult {
 class OptimalPlanner {
  public:
   /// `plan_template` gives the chain's granularity and stage names (Plan::plain(chain) will do).
-  /// Budgets up to `max_budget_bytes` (default: the unchecked plan's predicted peak) are answered.
+  /// Budgets up to `max_budget_bytes` (default: twice the unchecked plan's predicted peak) are answered.
   OptimalPlanner(CostTable costs, Plan plan_template, int64_t memory_slots = 1000, int64_t max_budget_bytes = 0);
 
   PlanResult plan(int64_t budget_bytes) const;

@@ -77,9 +77,12 @@ PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t s
     int64_t least = planner.min_feasible_budget_bytes();
     if (least < 0) {
       // Infeasible here: find the least budget on the whole range, then again on a finer grid.
-      const OptimalPlanner coarse(costs.half, plain, slots, costs.unchecked_peak_bytes());
+      const OptimalPlanner coarse(costs.half, plain, slots, 2 * costs.unchecked_peak_bytes() + 1);  // rounding headroom
       least = coarse.min_feasible_budget_bytes();
-      if (least > 0) least = OptimalPlanner(costs.half, plain, slots, least).min_feasible_budget_bytes();
+      if (least > 0) {
+        const int64_t refined = OptimalPlanner(costs.half, plain, slots, 2 * least).min_feasible_budget_bytes();
+        if (refined > 0) least = std::min(least, refined);
+      }
     }
     *min_feasible_bytes = least;
   }
