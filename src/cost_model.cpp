@@ -1,7 +1,6 @@
 #include "remat/cost_model.h"
 
 #include <algorithm>
-#include <functional>
 #include <iomanip>
 #include <sstream>
 
@@ -50,14 +49,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
   }
   // A checkpointed segment [s, e]: a forward that keeps only boundaries, then (after the rest's
   // backward) its inner plan with δ(e) counted.
-  int64_t e = s - 1;
-  std::function<void(const std::vector<PlanItem>&)> last_stage = [&](const std::vector<PlanItem>& inner) {
-    for (const auto& i : inner) {
-      if (i.is_stage()) e = std::max(e, i.stage);
-      else last_stage(i.segment);
-    }
-  };
-  last_stage(item.segment);
+  const int64_t e = stage_range(item.segment).second;
   const int64_t segment = costs.segment_bytes;
   for (int64_t k = s; k <= e; ++k) {
     const int64_t held_input = k == s ? 0 : stages[k - 1].output_bytes;

@@ -116,14 +116,7 @@ at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, cons
       continue;
     }
     const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
-    int64_t first = -1, last = -1;
-    std::vector<int64_t> depths(plan->stage_names.size(), -1);
-    collect_depths(*segment, 0, depths);
-    for (size_t s = 0; s < depths.size(); ++s) {
-      if (depths[s] < 0) continue;
-      if (first < 0) first = static_cast<int64_t>(s);
-      last = static_cast<int64_t>(s);
-    }
+    const auto [first, last] = stage_range(*segment);
     const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
     x = checkpoint([&chain, plan, segment](const at::Tensor& in) { return run_items(chain, plan, *segment, in); }, x,
                    CheckpointOptions().name(name));
@@ -132,6 +125,17 @@ at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, cons
 }
 
 }  // namespace
+
+std::pair<int64_t, int64_t> stage_range(const std::vector<PlanItem>& items) {
+  int64_t first = -1, last = -1;
+  for (const auto& item : items) {
+    const auto [f, l] = item.is_stage() ? std::make_pair(item.stage, item.stage) : stage_range(item.segment);
+    if (f < 0) continue;
+    if (first < 0) first = f;
+    last = l;
+  }
+  return {first, last};
+}
 
 Plan Plan::plain(const Chain& chain) {
   Plan plan;

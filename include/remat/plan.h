@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "remat/chain.h"
@@ -26,6 +27,9 @@ struct PlanItem {
   static PlanItem checkpointed(std::vector<PlanItem> items) { return PlanItem{-1, std::move(items)}; }
   bool is_stage() const { return stage >= 0; }
 };
+
+/// The first and last stage that `items` run (-1, -1 when they run none).
+std::pair<int64_t, int64_t> stage_range(const std::vector<PlanItem>& items);
 
 struct Plan {
   std::string granularity;               ///< the chain's, e.g. "block" or "half"
