@@ -8,10 +8,12 @@
 #include <ATen/Parallel.h>
 #include <torch/serialize.h>
 #include <torch/utils.h>
+#include <unistd.h>
 
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
 #include "remat/memory.h"
+#include "remat/models/estimator.h"
 #include "remat/policies.h"
 #include "remat/train/state_dir.h"
 
@@ -50,6 +52,32 @@ void check_options(const TrainOptions& o) {
   REMAT_CHECK(o.threads >= 1, "--threads must be at least 1, got ", o.threads, ".");
 }
 
+// Refuses configurations that cannot fit in this machine's memory before allocating anything,
+// rather than letting the allocator fail somewhere inside LibTorch: parameters with gradients and
+// AdamW's two moments, plus the plan's activation peak predicted from the analytic estimator.
+void check_fits_in_memory(const TrainOptions& o, const std::string& granularity, const std::optional<Plan>& plan) {
+  models::EstimateOptions eo;
+  eo.batch = o.batch;
+  eo.granularity = "half";
+  eo.dropout_mask_bytes = 0;  // LibTorch's CPU dropout keeps fp32 noise
+  const auto costs = models::estimate_gpt(o.model, eo).costs;
+  const models::GptChainShape shape(o.model.layers, granularity);
+  if (plan) plan->validate_against(shape);  // before costing it: a plan for another chain is its own error
+  const Plan p = plan ? *plan : policy_plan(o.policy, shape);
+  const double activations = static_cast<double>(simulate(models::to_half_granularity(p), costs).peak_bytes);
+  const double h = static_cast<double>(o.model.hidden), v = static_cast<double>(o.model.vocabulary);
+  const double parameters = static_cast<double>(o.model.layers) * 12.0 * h * h + (v + o.model.sequence) * h + v * h;
+  const double needed = parameters * 4.0 * 4.0 + activations;  // weights, grads, 2 moments (fp32)
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return;
+  const double available = static_cast<double>(pages) * static_cast<double>(page_size);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  REMAT_CHECK(needed < 0.9 * available, "this configuration needs about ", needed / gib, " GiB (",
+              parameters * 16.0 / gib, " GiB of parameters, gradients and AdamW state, ", activations / gib,
+              " GiB of activations under the plan) but this machine has ", available / gib,
+              " GiB. Use smaller --layers/--hidden/--seq/--batch, a checkpointing --policy, or --budget.");
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
@@ -70,6 +98,8 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   const std::string granularity = loaded_plan ? loaded_plan->granularity : policy_granularity(options_.policy);
   REMAT_CHECK(granularity == "block" || granularity == "half", options_.plan_file, ": granularity '", granularity,
               "' is not one this model offers ('block' or 'half').");
+
+  check_fits_in_memory(options_, granularity, loaded_plan);
 
   std::pair<fs::path, nlohmann::json> resumed;
   if (!options_.resume_dir.empty()) {
