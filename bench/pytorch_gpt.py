@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The reference GPT in PyTorch (Debian's python3-torch: the same LibTorch 1.13.1 remat links),
 trained one step at a time unchecked and with torch.utils.checkpoint per block, for comparing step
-times with `remat train --policy block --compare` on equal terms.
+times and exact activation peaks with `remat train --policy block --compare` on equal terms. Bytes
+come from remat's own tracking allocator, loaded into this process from build/libremat_memory_tracker.so.
 
     apt-get install --no-install-recommends python3-torch
     OPENBLAS_NUM_THREADS=2 bench/pytorch_gpt.py [--layers 8 --hidden 256 --heads 8 --seq 256 --batch 8]
@@ -9,9 +10,11 @@ times with `remat train --policy block --compare` on equal terms.
 It runs under the conditions remat's programs set for themselves: matmuls on OpenBLAS's threads and
 one LibTorch intra-op thread (remat::set_cpu_threads), and freed memory kept in the process (the
 script re-executes itself with the glibc tunables equivalent to remat's mallopt calls). The model
-is the same architecture as models/src/gpt.cpp (weights are not copied across: this compares time).
+is the same architecture as models/src/gpt.cpp (weights are not copied across: this compares time
+and memory, not values).
 """
 import argparse
+import ctypes
 import math
 import os
 import statistics
@@ -71,7 +74,12 @@ def main():
     for name, default in [("layers", 8), ("hidden", 256), ("heads", 8), ("seq", 256), ("batch", 8), ("steps", 5)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--dropout", type=float, default=0.1)
+    p.add_argument("--tracker", default=os.path.join(os.path.dirname(__file__), "..", "build", "libremat_memory_tracker.so"))
     c = p.parse_args()
+    tracker = ctypes.CDLL(c.tracker)
+    tracker.remat_cpu_current_bytes.restype = ctypes.c_int64
+    tracker.remat_cpu_peak_bytes.restype = ctypes.c_int64
+    tracker.remat_install_cpu_memory_tracker()
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = GPT(c)
@@ -79,17 +87,22 @@ def main():
     targets = torch.randint(0, 256, (c.batch, c.seq))
     policies = ["none", "block-reentrant", "block-nonreentrant"]
     seconds = {k: [] for k in policies}
-    for step in range(-1, c.steps):  # one warm-up round, then interleaved measured steps
+    peaks = {k: 0 for k in policies}
+    for step in range(-1, c.steps):  # one warm-up round (allocates gradients), then interleaved steps
         for policy in policies:
             model.zero_grad(set_to_none=False)
+            before = tracker.remat_cpu_current_bytes()
+            tracker.remat_cpu_reset_peak()
             start = time.perf_counter()
             model(tokens, targets, policy).backward()
             if step >= 0:
                 seconds[policy].append(time.perf_counter() - start)
+                peaks[policy] = max(peaks[policy], tracker.remat_cpu_peak_bytes() - before)
     none = statistics.median(seconds["none"])
     for policy in policies:
         s = statistics.median(seconds[policy])
-        print(f"{policy:20s} step {s:.3f} s (median of {c.steps})  vs none {s / none:.2f}x")
+        print(f"{policy:20s} activation peak {peaks[policy] / 2**20:7.1f} MiB  step {s:.3f} s (median of {c.steps})"
+              f"  vs none {s / none:.2f}x")
 
 
 if __name__ == "__main__":
