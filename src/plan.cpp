@@ -10,17 +10,6 @@
 
 namespace remat {
 
-const char* to_string(StageRole role) {
-  switch (role) {
-    case StageRole::input: return "input";
-    case StageRole::block: return "block";
-    case StageRole::attention: return "attention";
-    case StageRole::feed_forward: return "feed_forward";
-    case StageRole::output: return "output";
-  }
-  return "?";
-}
-
 int64_t Chain::num_blocks() const {
   int64_t n = 0;
   for (const auto& s : stages()) n = std::max(n, s.block + 1);

@@ -9,6 +9,7 @@
 #include "remat/plan.h"
 #include "remat/policies.h"
 #include "support/compare.h"
+#include "support/tiny_gpt.h"
 
 using remat::models::Gpt;
 using remat::models::GptChain;
@@ -16,20 +17,9 @@ using remat::models::GptConfig;
 
 namespace {
 
-GptConfig config() {
-  GptConfig c;
-  c.layers = 3;
-  c.hidden = 32;
-  c.heads = 4;
-  c.sequence = 16;
-  c.dropout = 0.1;
-  return c;
-}
+GptConfig config() { return remat::testing::tiny_gpt(3, 16); }
 
-std::pair<at::Tensor, at::Tensor> batch(int64_t b, int64_t t) {
-  at::Tensor tokens = torch::randint(0, 256, {b, t}, torch::kLong);
-  return {tokens, torch::randint(0, 256, {b, t}, torch::kLong)};
-}
+std::pair<at::Tensor, at::Tensor> batch(int64_t b, int64_t t) { return remat::testing::random_batch(b, t); }
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "remat/profiler.h"
 #include "remat/train/trainer.h"
 #include "support/compare.h"
+#include "support/tiny_gpt.h"
 
 using remat::CostTable;
 using remat::Plan;
@@ -21,15 +22,7 @@ using remat::models::GptConfig;
 
 namespace {
 
-GptConfig small() {
-  GptConfig c;
-  c.layers = 4;
-  c.hidden = 32;
-  c.heads = 4;
-  c.sequence = 32;
-  c.dropout = 0.1;
-  return c;
-}
+GptConfig small() { return remat::testing::tiny_gpt(4, 32); }
 
 struct Profiled {
   Gpt model{nullptr};
@@ -41,8 +34,7 @@ Profiled profile_small(const std::string& granularity = "half") {
   Profiled p;
   torch::manual_seed(0);
   p.model = Gpt(small());
-  p.tokens = torch::randint(0, 256, {4, 32}, torch::kLong);
-  p.targets = torch::randint(0, 256, {4, 32}, torch::kLong);
+  std::tie(p.tokens, p.targets) = remat::testing::random_batch(4, 32);
   GptChain chain(p.model, granularity);
   chain.set_targets(p.targets);
   p.costs = remat::profile_chain(chain, p.tokens, remat::ProfileOptions().repeats(1));

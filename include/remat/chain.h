@@ -17,8 +17,6 @@ namespace remat {
 /// What a stage is, for policies that pick stages by role ("checkpoint the feed-forward halves").
 enum class StageRole { input, block, attention, feed_forward, output };
 
-const char* to_string(StageRole role);
-
 struct StageInfo {
   std::string name;                  ///< unique in the chain: "embed", "block3", "attn3", "mlp3", "head"
   StageRole role = StageRole::block;
