@@ -11,6 +11,7 @@
 
 #include "detail/forward_state.h"
 #include "remat/error.h"
+#include "remat/memory_timeline.h"
 
 namespace remat {
 namespace {
@@ -172,6 +173,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       if (state->options.preserve_rng_state()) rng.emplace(state->rng.with_tensors(rng_tensors));
       detail::AutocastScope autocast(state->autocast);
       c10::AutoGradMode grad_enabled(true);
+      StepPhaseScope phase(StepPhase::recompute);
       outputs = state->fn(recompute_inputs);
     }
 

@@ -1,7 +1,11 @@
 #include "remat/memory.h"
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iomanip>
 #include <mutex>
 #include <unordered_map>
 
@@ -12,9 +16,33 @@
 #include "detail/cuda_memory.h"
 #include "detail/torch_version.h"
 #include "remat/error.h"
+#include "remat/memory_timeline.h"
 
 namespace remat {
 namespace {
+
+// The one recording timeline. `active` is read without the lock on every allocation.
+struct TimelineRecorder {
+  std::atomic<bool> active{false};
+  std::mutex mutex;
+  c10::Device device{c10::kCPU};
+  std::chrono::steady_clock::time_point start;
+  std::vector<MemoryEvent> events;
+
+  void record(int64_t bytes) {
+    const StepPhase phase = current_step_phase();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!active) return;
+    events.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes, phase});
+  }
+};
+
+TimelineRecorder& timeline_recorder() {
+  static TimelineRecorder recorder;
+  return recorder;
+}
+
+std::atomic<int> step_phase{static_cast<int>(StepPhase::idle)};
 
 // Counts bytes per live allocation. Sizes live in a side table keyed by pointer rather than in a
 // DataPtr context because LibTorch's raw_allocate requires the context to be the data pointer.
@@ -53,6 +81,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
       sizes_[data] = bytes;
       current_ += static_cast<int64_t>(bytes);
       if (current_ > peak_) peak_ = current_;
+      if (timeline_recorder().active && timeline_recorder().device.is_cpu()) timeline_recorder().record(current_);
     }
     return {data, data, &free_tracked, c10::Device(c10::DeviceType::CPU)};
   }
@@ -66,6 +95,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
       if (it != self.sizes_.end()) {
         self.current_ -= static_cast<int64_t>(it->second);
         self.sizes_.erase(it);
+        if (timeline_recorder().active && timeline_recorder().device.is_cpu()) timeline_recorder().record(self.current_);
       }
     }
     c10::free_cpu(data);
@@ -117,17 +147,93 @@ StepMeasurement measure_step(const std::function<at::Tensor()>& forward, c10::De
   m.bytes_before_forward = memory_stats(device).current_bytes;
   reset_peak_memory(device);
   const auto start = std::chrono::steady_clock::now();
-  at::Tensor loss = forward();
+  at::Tensor loss;
+  {
+    StepPhaseScope phase(StepPhase::forward);
+    loss = forward();
+  }
   REMAT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
               "measure_step: the forward must return a scalar loss that requires grad.");
   detail::synchronize_if_cuda(device);
   m.forward_seconds = seconds_since(start);
   m.bytes_at_end_of_forward = memory_stats(device).current_bytes;
-  loss.backward();
-  detail::synchronize_if_cuda(device);
+  {
+    StepPhaseScope phase(StepPhase::backward);
+    loss.backward();
+    detail::synchronize_if_cuda(device);
+  }
   m.step_seconds = seconds_since(start);
   m.peak_bytes = memory_stats(device).peak_bytes;
   return m;
+}
+
+const char* to_string(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::idle: return "idle";
+    case StepPhase::forward: return "forward";
+    case StepPhase::backward: return "backward";
+    case StepPhase::recompute: return "recompute";
+  }
+  return "unknown";
+}
+
+StepPhase current_step_phase() { return static_cast<StepPhase>(step_phase.load()); }
+
+namespace {
+void sample_at_phase_change() {
+  auto& recorder = timeline_recorder();
+  if (!recorder.active) return;
+  detail::synchronize_if_cuda(recorder.device);
+  recorder.record(memory_stats(recorder.device).current_bytes);
+}
+}  // namespace
+
+StepPhaseScope::StepPhaseScope(StepPhase phase) : previous_(current_step_phase()) {
+  sample_at_phase_change();  // the last moment of the previous phase
+  step_phase.store(static_cast<int>(phase));
+  sample_at_phase_change();
+}
+
+StepPhaseScope::~StepPhaseScope() {
+  sample_at_phase_change();
+  step_phase.store(static_cast<int>(previous_));
+  sample_at_phase_change();
+}
+
+MemoryTimeline::MemoryTimeline(c10::Device device) {
+  const MemoryStats now = memory_stats(device);  // checks the device and, on CPU, the tracker
+  auto& recorder = timeline_recorder();
+  std::lock_guard<std::mutex> lock(recorder.mutex);
+  REMAT_CHECK(!recorder.active, "MemoryTimeline: another timeline is recording; stop it first (one at a time).");
+  recorder.device = device;
+  recorder.events.clear();
+  recorder.start = std::chrono::steady_clock::now();
+  recorder.events.push_back({0.0, now.current_bytes, current_step_phase()});
+  recorder.active = true;
+  recording_ = true;
+}
+
+MemoryTimeline::~MemoryTimeline() { stop(); }
+
+std::vector<MemoryEvent> MemoryTimeline::stop() {
+  if (!recording_) return {};
+  recording_ = false;
+  auto& recorder = timeline_recorder();
+  std::lock_guard<std::mutex> lock(recorder.mutex);
+  recorder.active = false;
+  return std::move(recorder.events);
+}
+
+void write_memory_events_csv(const std::vector<MemoryEvent>& events, const std::string& path) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    REMAT_CHECK(out.good(), "cannot write '", temporary, "': check that its folder exists and is writable.");
+    out << "seconds,bytes,phase\n" << std::setprecision(9);
+    for (const auto& e : events) out << e.seconds << ',' << e.bytes << ',' << to_string(e.phase) << '\n';
+    REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
+  }
+  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot replace '", path, "'.");
 }
 
 }  // namespace remat

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 
 #include <ATen/ops/empty.h>
 
@@ -41,6 +42,42 @@ int main(int argc, char** argv) {
   if (current() != base || peak() - base != 4080) {
     std::fprintf(stderr, "expected everything freed and a peak of 4080, got %lld and %lld\n",
                  static_cast<long long>(current() - base), static_cast<long long>(peak() - base));
+    ++failures;
+  }
+  // The timeline: start, one allocation and its free under a forward phase, saved as CSV.
+  auto timeline_start = reinterpret_cast<int (*)()>(dlsym(library, "remat_timeline_start"));
+  auto timeline_save = reinterpret_cast<int64_t (*)(const char*)>(dlsym(library, "remat_timeline_stop_and_save"));
+  auto push_phase = reinterpret_cast<int (*)(int)>(dlsym(library, "remat_push_step_phase"));
+  auto pop_phase = reinterpret_cast<int (*)()>(dlsym(library, "remat_pop_step_phase"));
+  if (!timeline_start || !timeline_save || !push_phase || !pop_phase) {
+    std::fprintf(stderr, "missing timeline symbols\n");
+    return 1;
+  }
+  const char* path = "c_api_test_timeline.csv";
+  if (timeline_save(path) != -1 || push_phase(7) != -1) {
+    std::fprintf(stderr, "expected errors for saving an unstarted timeline and for an unknown phase\n");
+    ++failures;
+  }
+  if (timeline_start() != 0 || push_phase(1) != 0) return 1;
+  { at::Tensor c = at::empty({25}, at::kFloat); }
+  pop_phase();
+  // start, phase entry (2 samples), allocation, free, phase exit (2 samples)
+  const int64_t events = timeline_save(path);
+  if (events != 7) {
+    std::fprintf(stderr, "expected 7 timeline events, got %lld\n", static_cast<long long>(events));
+    ++failures;
+  }
+  if (FILE* csv = std::fopen(path, "r")) {
+    char header[64] = {0}, line[64] = {0};
+    std::fgets(header, sizeof header, csv);
+    for (int i = 0; i < 4; ++i) std::fgets(line, sizeof line, csv);  // the allocation's line
+    std::fclose(csv);
+    if (std::string(header) != "seconds,bytes,phase\n" || std::string(line).find(",forward") == std::string::npos) {
+      std::fprintf(stderr, "unexpected CSV: '%s' then '%s'\n", header, line);
+      ++failures;
+    }
+  } else {
+    std::fprintf(stderr, "no CSV written\n");
     ++failures;
   }
   std::printf("%d passed, %d failed\n", failures == 0 ? 1 : 0, failures);

@@ -5,3 +5,4 @@
 #include "remat/checkpointed.h"
 #include "remat/error.h"
 #include "remat/memory.h"
+#include "remat/memory_timeline.h"

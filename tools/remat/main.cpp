@@ -9,6 +9,7 @@
 #include "keep_freed_memory.h"
 #include "plan_command.h"
 #include "train_command.h"
+#include "worker_command.h"
 
 int main(int argc, char** argv) {
   remat::cli::keep_freed_memory();
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   remat::cli::add_plan_commands(app);
   remat::cli::add_estimate_command(app);
   remat::cli::add_demo_command(app);
+  remat::cli::add_worker_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,131 @@
+// `remat worker`: builds the GPT and one batch, exports both for another runtime (torch.load-able),
+// then answers JSON requests on stdin, one line each, with measured training steps:
+//
+//   > {"policy": "block", "steps": 1, "seed": 7, "trace": "block.csv"}
+//   < {"policy": "block", "plan": "embed [block0] ...", "seconds": [...], "activation_peak_bytes": [...], "loss": [...]}
+//
+// A driver in Python interleaves these steps with its own, so both runtimes see the same machine
+// drift; each step re-seeds the generator so dropout masks match the driver's for the same seed.
+#include "worker_command.h"
+
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+#include <torch/serialize.h>
+
+#include "model_flags.h"
+#include "planning.h"
+#include "remat/error.h"
+#include "remat/memory.h"
+#include "remat/memory_timeline.h"
+#include "remat/models/gpt.h"
+#include "remat/policies.h"
+
+namespace remat::cli {
+namespace {
+
+struct WorkerFlags {
+  ModelFlags model;
+  std::string export_file;
+};
+
+void export_model_and_batch(const SampleModel& sample, const std::string& path) {
+  c10::impl::GenericDict weights(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& p : sample.model->named_parameters()) weights.insert(p.key(), p.value().detach());
+  c10::impl::GenericDict everything(c10::StringType::get(), c10::AnyType::get());
+  everything.insert("weights", weights);
+  everything.insert("tokens", sample.tokens);
+  everything.insert("targets", sample.targets);
+  const std::vector<char> bytes = torch::pickle_save(everything);
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    REMAT_CHECK(out.good(), "--export: cannot write '", temporary, "'; check that its folder exists and is writable.");
+  }
+  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "--export: cannot replace '", path, "'.");
+}
+
+class StepServer {
+ public:
+  explicit StepServer(const SampleModel& sample)
+      : sample_(sample), block_chain_(sample.model, "block"), half_chain_(sample.model, "half") {
+    block_chain_.set_targets(sample.targets);
+    half_chain_.set_targets(sample.targets);
+  }
+
+  nlohmann::json answer(const nlohmann::json& request) {
+    REMAT_CHECK(request.is_object() && request.contains("policy") && request["policy"].is_string(),
+                "a request is a JSON object with a \"policy\" string, as in {\"policy\": \"block\", \"steps\": 1}.");
+    const std::string policy = request["policy"].get<std::string>();
+    const int steps = request.value("steps", 1);
+    REMAT_CHECK(steps >= 1 && steps <= 1000, "\"steps\" must be in [1, 1000], got ", steps, ".");
+    const uint64_t seed = request.value("seed", uint64_t{0});
+    const std::string trace = request.value("trace", std::string());
+    models::GptChain& chain = policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
+    const Plan plan = policy_plan(policy, chain);
+    nlohmann::json reply = {{"policy", policy}, {"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
+                            {"activation_peak_bytes", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+    for (int s = 0; s < steps; ++s) {
+      for (auto& parameter : sample_.model->parameters()) {
+        if (parameter.grad().defined()) parameter.mutable_grad().zero_();
+      }
+      torch::manual_seed(seed);
+      std::unique_ptr<MemoryTimeline> timeline;
+      if (!trace.empty() && s + 1 == steps) timeline = std::make_unique<MemoryTimeline>(c10::kCPU);
+      at::Tensor loss;
+      const StepMeasurement m = measure_step([&] { return loss = run_plan(chain, plan, sample_.tokens); });
+      if (timeline) write_memory_events_csv(timeline->stop(), trace);
+      reply["seconds"].push_back(m.step_seconds);
+      reply["activation_peak_bytes"].push_back(m.activation_peak_bytes());
+      reply["loss"].push_back(loss.item<double>());
+    }
+    return reply;
+  }
+
+ private:
+  SampleModel sample_;
+  models::GptChain block_chain_, half_chain_;
+};
+
+void run_worker(WorkerFlags& flags) {
+  flags.model.apply_preset();
+  install_cpu_memory_tracker();
+  const SampleModel sample = make_sample_model(flags.model.options);
+  export_model_and_batch(sample, flags.export_file);
+  StepServer server(sample);
+  std::cout << nlohmann::json{{"ready", true}, {"export", flags.export_file},
+                              {"parameters", sample.model->parameters().size()}}.dump()
+            << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json reply;
+    try {
+      reply = server.answer(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      reply = {{"error", std::string("malformed request: ") + e.what()}};
+    } catch (const c10::Error& e) {
+      reply = {{"error", e.what_without_backtrace()}};
+    } catch (const std::exception& e) {
+      reply = {{"error", e.what()}};
+    }
+    std::cout << reply.dump() << std::endl;
+  }
+}
+
+}  // namespace
+
+void add_worker_command(CLI::App& app) {
+  auto flags = std::make_shared<WorkerFlags>();
+  CLI::App* worker = app.add_subcommand(
+      "worker", "Export the GPT and a batch, then run measured steps requested as JSON lines on stdin (for bench scripts)");
+  flags->model.add_to(*worker);
+  worker->add_option("--data", flags->model.options.data_file, "Take the batch from this text file")->group("Model");
+  worker->add_option("--export", flags->export_file, "Write weights, tokens and targets here (torch.load-able)")
+      ->required();
+  worker->callback([flags] { run_worker(*flags); });
+}
+
+}  // namespace remat::cli
