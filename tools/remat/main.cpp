@@ -5,7 +5,9 @@
 #include <c10/util/Exception.h>
 
 #include "demo_command.h"
+#include "bench_command.h"
 #include "estimate_command.h"
+#include "invocation.h"
 #include "keep_freed_memory.h"
 #include "plan_command.h"
 #include "train_command.h"
@@ -13,6 +15,7 @@
 
 int main(int argc, char** argv) {
   remat::cli::keep_freed_memory();
+  remat::cli::record_invocation(argc, argv);
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);
   remat::cli::add_train_command(app);
@@ -20,6 +23,7 @@ int main(int argc, char** argv) {
   remat::cli::add_estimate_command(app);
   remat::cli::add_demo_command(app);
   remat::cli::add_worker_command(app);
+  remat::cli::add_bench_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

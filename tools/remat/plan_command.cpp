@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "files.h"
 #include "model_flags.h"
 #include "planning.h"
 #include "remat/error.h"
@@ -35,16 +36,6 @@ struct PlanFlags {
   bool measure = false;
   int measure_steps = 3;
 };
-
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text << "\n";
-    REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
-  }
-  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot replace '", path, "'.");
-}
 
 std::vector<std::string> split(const std::string& text, char separator) {
   std::vector<std::string> parts;
@@ -70,7 +61,7 @@ void run_policy_plan(PlanFlags& flags) {
               << " stages, granularity " << granularity << "):\n  " << plan.to_string() << "\n";
   }
   if (!flags.save_file.empty()) {
-    write_atomically(flags.save_file, plan.to_json());
+    write_file_atomically(flags.save_file, plan.to_json() + "\n");
     if (!flags.json) std::cout << "saved to " << flags.save_file << "\n";
   }
 }
@@ -104,14 +95,10 @@ void run_budget_plan(PlanFlags& flags) {
   };
   std::vector<BudgetResult> results;
   for (const auto& text : split(flags.budgets, ',')) {
-    BudgetResult r{text, parse_budget(text, unchecked), {}, {}, -1, 0};
+    BudgetResult r{text, 0, {}, {}, -1, 0};
     const auto start = std::chrono::steady_clock::now();
-    r.optimal = optimal_plan(costs, r.bytes, flags.slots, &r.least);
+    r.optimal = feasible_optimal_plan(costs, text, flags.slots, &r.bytes, &r.least);
     r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    REMAT_CHECK(r.optimal.feasible, "no plan fits a budget of ", text, " (", r.bytes, " bytes): the smallest feasible ",
-                "budget is ", r.least, " bytes (", format_bytes(r.least), ", ",
-                fixed(100.0 * static_cast<double>(r.least) / static_cast<double>(unchecked), 1),
-                "% of the unchecked peak). Give at least that, or a smaller model or batch.");
     r.others = other_plans(costs, options.model.layers, r.bytes, flags.slots);
     results.push_back(std::move(r));
   }
@@ -208,7 +195,7 @@ void run_budget_plan(PlanFlags& flags) {
 
   if (!flags.save_file.empty()) {
     REMAT_CHECK(results.size() == 1, "--save writes one plan: give one budget.");
-    write_atomically(flags.save_file, results.front().optimal.plan.to_json());
+    write_file_atomically(flags.save_file, results.front().optimal.plan.to_json() + "\n");
     out << "saved the optimal plan to " << flags.save_file << "\n";
   }
   if (flags.json) std::cout << (json_results.size() == 1 ? json_results[0] : nlohmann::json{{"results", json_results}}).dump(2) << "\n";

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "files.h"
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
 #include "remat/models/estimator.h"
@@ -13,6 +14,7 @@
 #include "remat/profiler.h"
 #include "remat/train/corpus.h"
 #include "remat/models/gpt.h"
+#include "table.h"
 
 namespace remat::cli {
 
@@ -45,13 +47,7 @@ ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
 }
 
 void save_profile(const ModelCosts& costs, const std::string& path) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << costs.half.to_json() << "\n";
-    REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
-  }
-  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot replace '", path, "'.");
+  write_file_atomically(path, costs.half.to_json() + "\n");
 }
 
 ModelCosts load_profile(const std::string& path) {
@@ -92,6 +88,20 @@ PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t s
   best.plan = r.plan;
   best.prediction = r.prediction;
   return best;
+}
+
+PlanChoice feasible_optimal_plan(const ModelCosts& costs, const std::string& budget_text, int64_t slots,
+                                 int64_t* budget_bytes, int64_t* min_feasible_bytes) {
+  const int64_t unchecked = costs.unchecked_peak_bytes();
+  const int64_t bytes = parse_budget(budget_text, unchecked);
+  int64_t least = -1;
+  PlanChoice choice = optimal_plan(costs, bytes, slots, &least);
+  REMAT_CHECK(choice.feasible, "no plan fits a budget of ", budget_text, " (", bytes, " bytes): the smallest feasible ",
+              "budget is ", least, " bytes (", format_bytes(least), ", ",
+              fixed(100.0 * static_cast<double>(least) / static_cast<double>(unchecked), 1), "% of the unchecked peak). Give at least that, or a smaller model or batch.");
+  if (budget_bytes != nullptr) *budget_bytes = bytes;
+  if (min_feasible_bytes != nullptr) *min_feasible_bytes = least;
+  return choice;
 }
 
 std::vector<PlanChoice> other_plans(const ModelCosts& costs, int64_t layers, int64_t budget_bytes, int64_t slots) {

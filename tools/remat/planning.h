@@ -45,6 +45,11 @@ struct PlanChoice {
 /// The optimal plan for `budget` (the DP over the half-block chain).
 PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t slots, int64_t* min_feasible_bytes = nullptr);
 
+/// The optimal plan for a budget given as text (parse_budget's forms); throws a clear error naming
+/// the least feasible budget when nothing fits.
+PlanChoice feasible_optimal_plan(const ModelCosts& costs, const std::string& budget_text, int64_t slots,
+                                 int64_t* budget_bytes = nullptr, int64_t* min_feasible_bytes = nullptr);
+
 /// Every manual policy (with and without skip-ends) and the Revolve and Chen planners at `budget`.
 std::vector<PlanChoice> other_plans(const ModelCosts& costs, int64_t layers, int64_t budget_bytes, int64_t slots);
 

@@ -58,6 +58,13 @@ inline std::string fixed(double value, int decimals) {
   return os.str();
 }
 
+/// "1.254 s", or "3.41 ms" below a tenth of a second.
+inline std::string format_seconds(double seconds) {
+  if (seconds >= 0.1) return fixed(seconds, 3) + " s";
+  const double ms = seconds * 1e3;
+  return fixed(ms, ms < 10 ? 2 : 1) + " ms";
+}
+
 inline std::string mib(int64_t bytes) { return fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
 
 }  // namespace remat::cli

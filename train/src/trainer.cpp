@@ -183,7 +183,7 @@ void Trainer::save(const std::string& dir) const {
 }
 
 std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
-                                           const at::Tensor& targets, int steps) {
+                                           const at::Tensor& targets, int steps, const MeasureProgress& progress) {
   REMAT_CHECK(steps >= 1, "measure_plans: steps must be at least 1.");
   install_cpu_memory_tracker();
   models::GptChain block_chain(model, "block"), half_chain(model, "half");
@@ -193,6 +193,7 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
   std::vector<PlanMeasurement> result(plans.size());
   for (int round = -1; round < steps; ++round) {  // round -1 warms up (and allocates gradients)
     for (size_t p = 0; p < plans.size(); ++p) {
+      if (progress) progress(round + 1, steps + 1, p);
       models::GptChain& chain = plans[p].granularity == "half" ? half_chain : block_chain;
       for (auto& parameter : model->parameters()) {
         if (parameter.grad().defined()) parameter.mutable_grad().zero_();
@@ -203,7 +204,10 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
       result[p].activation_peak_bytes = std::max(result[p].activation_peak_bytes, m.activation_peak_bytes());
     }
   }
-  for (size_t p = 0; p < plans.size(); ++p) result[p].step_seconds = median(seconds[p]);
+  for (size_t p = 0; p < plans.size(); ++p) {
+    result[p].step_seconds = median(seconds[p]);
+    result[p].all_step_seconds = seconds[p];
+  }
   return result;
 }
 

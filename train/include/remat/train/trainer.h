@@ -6,6 +6,7 @@
 //   trainer.save("run1");                     // atomic: a crash keeps the previous state
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,12 +49,16 @@ struct StepRecord {
 struct PlanMeasurement {
   int64_t activation_peak_bytes = 0;  ///< the largest over the measured steps
   double step_seconds = 0;            ///< median forward + backward
+  std::vector<double> all_step_seconds;  ///< every measured step, in order
 };
+
+/// Called before each step of measure_plans: round 0 is the warm-up, 1..steps are measured.
+using MeasureProgress = std::function<void(int round, int rounds, size_t plan)>;
 
 /// Measures forward + backward of each plan on one batch, `steps` times each after one warm-up
 /// round, interleaved so machine drift hits all alike; the model is not updated.
 std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
-                                           const at::Tensor& targets, int steps);
+                                           const at::Tensor& targets, int steps, const MeasureProgress& progress = {});
 
 struct CompareResult {
   int64_t plan_activation_peak_bytes = 0, none_activation_peak_bytes = 0;
