@@ -3,7 +3,9 @@
 # libopenblas0-pthread matters: without it LibTorch falls back to reference BLAS (~40x slower).
 set -euo pipefail
 packages=(cmake g++ make libtorch-dev libopenblas0-pthread libgtest-dev libcli11-dev nlohmann-json3-dev
-  fortunes-min fortunes)  # fortunes: the default training corpus (English text)
+  fortunes-min fortunes  # the default training corpus (English text)
+  gnuplot-nox fonts-dejavu-core  # remat bench's and remat trace's plots (PNG and SVG)
+  python3-torch)  # bench/pytorch_side_by_side.py: the same LibTorch from Python, for comparisons
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `remat bench` and `remat trace` end to end on a tiny GPT: the files they promise exist and are
+# what they say (PNG and SVG images, one CSV row per strategy), the Pareto flags agree with the
+# measured numbers, the planner's plans stay within their budgets, and bad input gets clear errors.
+set -euo pipefail
+remat="$1"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+tiny=(--layers 2 --hidden 32 --heads 2 --seq 16 --batch 2 --repeats 1)
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$remat" bench "${tiny[@]}" --steps 2 --budgets 60%,90% --out "$work/bench" > "$work/bench.out" 2> "$work/bench.err"
+for f in bench.csv bench.json report.md pareto.png pareto.svg pareto.gp pareto.dat timeline.png timeline.svg timeline.csv; do
+  [ -s "$work/bench/$f" ] || fail "bench did not write $f"
+done
+for f in pareto.png timeline.png; do
+  head -c 8 "$work/bench/$f" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" || fail "$f is not a PNG"
+done
+grep -q "<svg" "$work/bench/pareto.svg" || fail "pareto.svg is not SVG"
+grep -q "\[bench\] round 2/2" "$work/bench.err" || fail "no progress shown"
+# Defaults that apply to 2 blocks (segments:4 does not) plus two planner budgets.
+rows=$(($(wc -l < "$work/bench/bench.csv") - 1))
+[ "$rows" -eq 14 ] || fail "expected 14 strategies in bench.csv, got $rows"
+grep -q '^"block,skip-ends",policy,' "$work/bench/bench.csv" || fail "names with commas are not quoted in the CSV"
+# on_pareto_frontier must be 1 exactly for the rows no other row beats on both peak and time.
+awk -F, 'NR > 1 { n++; peak[n] = $(NF-6); time[n] = $(NF-4); flag[n] = $NF }
+  END { for (i = 1; i <= n; i++) { dominated = 0
+          for (j = 1; j <= n; j++) if (peak[j] <= peak[i] && time[j] <= time[i] && (peak[j] < peak[i] || time[j] < time[i])) dominated = 1
+          if (flag[i] != !dominated) { print "row " i " has frontier flag " flag[i]; bad = 1 } }
+        exit bad }' "$work/bench/bench.csv" || fail "Pareto flags disagree with the measurements"
+grep -q '"within_budget": false' "$work/bench/bench.json" && fail "a planner plan went over its budget"
+[ "$(grep -c '"within_budget": true' "$work/bench/bench.json")" -eq 2 ] || fail "expected two planner rows within budget"
+grep -q "optimal 60%" "$work/bench.out" || fail "no optimal plan in the table"
+grep -q "!\[memory timeline\](timeline.png)" "$work/bench/report.md" || fail "report does not show the timeline"
+# The timeline has all three phases, and starts and ends at zero activation bytes.
+for phase in forward backward recompute; do
+  grep -q ",$phase\$" "$work/bench/timeline.csv" || fail "timeline has no $phase phase"
+done
+
+"$remat" trace "${tiny[@]}" --policies none every:2 --out "$work/trace" > "$work/trace.out"
+[ -s "$work/trace/timeline.png" ] || fail "trace wrote no plot"
+grep -q "every:2" "$work/trace.out" || fail "trace did not report every:2"
+
+expect_error() {  # expect_error "message" command...
+  local message="$1"; shift
+  if "$@" > "$work/err.out" 2>&1; then fail "expected an error from: $*"; fi
+  grep -qF -- "$message" "$work/err.out" || { cat "$work/err.out" >&2; fail "expected '$message'"; }
+}
+expect_error "--trace: 'nope' is not one of the strategies" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60% --trace nope --out "$work/b2"
+expect_error "the smallest feasible budget is" "$remat" bench "${tiny[@]}" --steps 1 --budgets 1KiB --out "$work/b3"
+expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --steps 1 --budgets "" --out /proc/remat-bench
+expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --steps 1 --policies block block --budgets "" --out "$work/b4"
+expect_error "unknown policy 'blocks'" "$remat" trace "${tiny[@]}" --policies blocks --out "$work/b5"
+echo "bench and trace: all checks passed"
