@@ -7,7 +7,9 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include "detail/forward_state.h"
 #include "remat/error.h"
@@ -37,6 +39,28 @@ struct OutputMeta {
     return m;
   }
 };
+
+// torch::autograd::grad(roots, wrt, root_grads), except that the roots are released before the
+// engine runs: it needs their graph edges, not their data, and a recomputed segment's output would
+// otherwise stay allocated through the segment's whole backward (for a GPT block, one B·T·C
+// activation more than the forward ever held at that point).
+variable_list grad_releasing_roots(variable_list&& roots, const variable_list& wrt, const variable_list& root_grads,
+                                   bool create_graph) {
+  torch::autograd::edge_list root_edges, wrt_edges;
+  for (const auto& root : roots) root_edges.push_back(torch::autograd::impl::gradient_edge(root));
+  roots.clear();
+  for (const auto& input : wrt) {
+    std::shared_ptr<torch::autograd::Node> grad_fn = input.grad_fn();
+    if (!grad_fn) grad_fn = torch::autograd::impl::try_get_grad_accumulator(input);
+    if (grad_fn) {
+      wrt_edges.emplace_back(std::move(grad_fn), input.output_nr());
+    } else {  // not reached by the recompute: an undefined gradient, as grad(allow_unused=true) gives
+      wrt_edges.emplace_back(std::make_shared<torch::autograd::Identity>(), 0);
+    }
+  }
+  return torch::autograd::Engine::get_default_engine().execute(root_edges, root_grads, /*keep_graph=*/false,
+                                                               create_graph, /*accumulate_grad=*/false, wrt_edges);
+}
 
 std::string describe(const OutputMeta& m) {
   if (!m.defined) return "undefined";
@@ -223,9 +247,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     }
     variable_list grads(saved.size() + 1);  // the last for the state argument of forward()
     if (roots.empty() || wrt.empty()) return grads;
-    variable_list computed = torch::autograd::grad(roots, wrt, root_grads, /*retain_graph=*/false,
-                                                   /*create_graph=*/c10::GradMode::is_enabled(),
-                                                   /*allow_unused=*/true);
+    outputs.clear();  // the roots are the only references left to the recomputed outputs
+    variable_list computed = grad_releasing_roots(std::move(roots), wrt, root_grads,
+                                                  /*create_graph=*/c10::GradMode::is_enabled());
     for (size_t k = 0; k < computed.size(); ++k) grads[wrt_position[k]] = std::move(computed[k]);
     return grads;
   }

@@ -155,7 +155,7 @@ TimelineSeries trace_step(SampleModel& sample, const Strategy& strategy, uint64_
   const StepMeasurement m = measure_step([&] { return run_plan(chain, strategy.plan, sample.tokens); });
   series.events = timeline.stop();
   series.base_bytes = m.bytes_before_forward;
-  series.caption = "peak " + fixed(to_mib(m.activation_peak_bytes()), 1) + " MiB, step " + format_seconds(m.step_seconds) + ", plan " + strategy.plan.to_string();
+  series.caption = "peak " + fixed(to_mib(m.activation_peak_bytes()), 1) + " MiB, step " + format_seconds(m.step_seconds);
   return series;
 }
 

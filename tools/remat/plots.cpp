@@ -148,7 +148,7 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
      << "phase_color(p) = p eq \"forward\" ? 0x1f77b4 : p eq \"backward\" ? 0xff7f0e : p eq \"recompute\" ? 0xd62728 : 0x999999\n"
      << terminal_loop_begin("timeline", 1200, 170 + 190 * panels)
      << "  set multiplot layout " << panels << ",1 title " << quoted(title) << "\n"
-     << "  set xrange [0:" << max_ms * 1.02 << "]\n  set yrange [0:" << std::max(1.0, max_mib * 1.15) << "]\n"
+     << "  set xrange [0:" << max_ms * 1.02 << "]\n  set yrange [0:" << std::max(1.0, max_mib * 1.3) << "]\n"
      << "  set grid\n  set ylabel \"held (MiB)\"\n  set lmargin 12\n  set rmargin 4\n";
   for (int i = 0; i < panels; ++i) {
     const auto& s = series[i];
