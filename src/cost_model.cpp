@@ -25,10 +25,19 @@ struct Simulated {
   double seconds = 0;
 };
 
+int64_t parameter_bytes_between(const CostTable& costs, int64_t first, int64_t last) {
+  int64_t bytes = 0;
+  for (int64_t k = first; k <= last; ++k) bytes += costs.stages[k].parameter_bytes;
+  return bytes;
+}
+
 // The cost of back-propagating items covering stages [s, t], with a(s-1) held outside the count
-// and δ(t) counted: the recurrence of docs/planner.md, applied to one given plan.
-Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64_t s, int64_t t, const Plan& plan,
-                         const CostTable& costs) {
+// and δ(t) counted: the recurrence of docs/planner.md, applied to one given plan. Inside a
+// checkpointed segment (`in_segment`) the parameter gradients of stages already back-propagated
+// are held until the segment's backward returns them all at once (the recompute's engine captures
+// them); outside, each is added into .grad as soon as it is computed.
+Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64_t s, int64_t t, bool in_segment,
+                         const Plan& plan, const CostTable& costs) {
   Simulated result;
   if (first >= items.size()) return result;
   const auto& item = items[first];
@@ -37,11 +46,12 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
   if (item.is_stage()) {
     const StageCost& c = stages[s];
     const StageOptionCost& o = c.option(plan.options[s]);
+    const int64_t captured = in_segment ? parameter_bytes_between(costs, s + 1, t) : 0;
     result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
-                           c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes);
+                           c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured);
     result.seconds = o.forward_seconds + o.backward_seconds;
     if (first + 1 < items.size()) {
-      const Simulated rest = simulate_items(items, first + 1, s + 1, t, plan, costs);
+      const Simulated rest = simulate_items(items, first + 1, s + 1, t, in_segment, plan, costs);
       result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
       result.seconds += rest.seconds;
     }
@@ -57,16 +67,16 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
     result.seconds += stages[k].nograd_seconds;
   }
   if (first + 1 < items.size()) {
-    const Simulated rest = simulate_items(items, first + 1, e + 1, t, plan, costs);
+    const Simulated rest = simulate_items(items, first + 1, e + 1, t, in_segment, plan, costs);
     result.peak = std::max(result.peak, segment + stages[e].output_bytes + rest.peak);
     result.seconds += rest.seconds;
   }
   // During its backward a segment holds its saved RNG state and, while recomputing, a copy of the
-  // current one (restored afterwards): two states.
-  int64_t parameters = 0;
-  for (int64_t k = s; k <= e; ++k) parameters += stages[k].parameter_bytes;
-  const Simulated inner = simulate_items(item.segment, 0, s, e, plan, costs);
-  result.peak = std::max(result.peak, 2 * segment + parameters + inner.peak);
+  // current one (restored afterwards): two states; and, inside an enclosing segment, the gradients
+  // that one has captured from the stages after e.
+  const int64_t captured = in_segment ? parameter_bytes_between(costs, e + 1, t) : 0;
+  const Simulated inner = simulate_items(item.segment, 0, s, e, /*in_segment=*/true, plan, costs);
+  result.peak = std::max(result.peak, 2 * segment + captured + inner.peak);
   result.seconds += inner.seconds;
   return result;
 }
@@ -77,7 +87,7 @@ Prediction simulate(const Plan& plan, const CostTable& costs) {
   REMAT_CHECK(plan.stage_names.size() == costs.stages.size(), "simulate: the plan has ", plan.stage_names.size(),
               " stages but the cost table ", costs.stages.size(), ".");
   const auto n = static_cast<int64_t>(costs.stages.size());
-  const Simulated s = simulate_items(plan.items, 0, 0, n - 1, plan, costs);
+  const Simulated s = simulate_items(plan.items, 0, 0, n - 1, /*in_segment=*/false, plan, costs);
   Prediction p;
   p.peak_bytes = s.peak;
   p.step_seconds = s.seconds;

@@ -9,7 +9,7 @@
 //   forward_extra_bytes   of: transient peak of a recording forward above x(i-1) + xbar
 //   nograd_extra_bytes    og: transient peak of a no-grad forward above x(i-1) + x
 //   backward_extra_bytes  ob: transient peak of backward above a(i-1) + δ(i-1) + abar(i) + δ(i)
-//   parameter_bytes       p: gradients of its parameters, held until a segment's backward ends
+//   parameter_bytes       p: gradients of its parameters, held inside a segment until its backward ends
 // The first stage's input (the batch) and the parameters and their gradients are held before the
 // forward: "activation" bytes exclude them. (Rotor's model, Beaumont et al. 2019; docs/planner.md.)
 #pragma once
