@@ -316,8 +316,10 @@ void run_bench(BenchFlags& flags) {
     timelines = trace_strategies(sample, strategies, trace_names, options.seed);
   }
 
-  std::vector<std::string> files = {(out / "bench.csv").string(), (out / "bench.json").string()};
+  std::vector<std::string> files = {(out / "bench.csv").string(), (out / "bench.json").string(),
+                                    (out / "profile.json").string()};
   write_file_atomically(files[0], csv.str());
+  save_profile(costs, files[2]);  // `remat plan --profile` on it gives the same plans again
   if (!flags.no_plots) {
     std::vector<PlotMarker> budgets;
     for (const auto& s : strategies) {
@@ -342,7 +344,8 @@ void run_bench(BenchFlags& flags) {
      << " rounds in which every strategy takes one step in turn (interleaved, so machine drift hits all alike). "
      << "Activation peak: the most bytes held above parameters, gradients and batch during the step, counted "
         "exactly by remat's tracking allocator (largest over the rounds). Step time: the median. "
-     << "Predictions come from the profiled cost model (`remat profile`) that the planner optimises.\n\n"
+     << "Predictions come from the profiled cost model that the planner optimises, saved as `profile.json` "
+        "(`remat plan --profile profile.json --budget 30%` plans again from it).\n\n"
      << "| strategy | activation peak (MiB) | saved vs none | median step (s) | overhead vs none | predicted peak (MiB) "
         "| predicted overhead | Pareto |\n|---|---:|---:|---:|---:|---:|---:|:---:|\n";
   for (size_t i = 0; i < strategies.size(); ++i) {

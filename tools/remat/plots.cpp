@@ -51,6 +51,56 @@ std::string terminal_loop_begin(const std::string& name, int width, int height) 
   return gp.str();
 }
 
+// Where each point's label goes, in data coordinates: the first of a few spots around the point
+// whose box (estimated from the label's length at a 9 pt font) overlaps no point and no label
+// placed before it. Gnuplot has no label collision avoidance, and strategies cluster.
+struct LabelSpot {
+  double x, y;
+  bool right_aligned;
+};
+
+std::vector<LabelSpot> place_labels(const std::vector<ParetoPoint>& points, double x_range, double y_range) {
+  // The plot area of a 1200x760 canvas is roughly 1080x620 pixels.
+  const double px_x = 1080.0 / x_range, px_y = 620.0 / y_range, char_px = 6.0, half_height = 7.0, point_px = 9.0;
+  struct Box {
+    double left, right, bottom, top;  // pixels
+    bool overlaps(const Box& o) const { return left < o.right && o.left < right && bottom < o.top && o.bottom < top; }
+  };
+  std::vector<Box> taken;
+  for (const auto& p : points) {
+    const double cx = p.peak_mib * px_x, cy = p.step_seconds * px_y;
+    taken.push_back({cx - point_px, cx + point_px, cy - point_px, cy + point_px});
+  }
+  const double candidates[][3] = {{10, 8, 0}, {10, -10, 0}, {-10, 8, 1}, {-10, -10, 1}, {10, 22, 0}, {-10, 22, 1},
+                                  {10, -24, 0}, {-10, -24, 1}};
+  std::vector<LabelSpot> spots;
+  for (const auto& p : points) {
+    const double cx = p.peak_mib * px_x, cy = p.step_seconds * px_y;
+    const double width = char_px * static_cast<double>(p.name.size());
+    Box chosen{};
+    LabelSpot spot{};
+    bool placed = false;
+    for (const auto& c : candidates) {
+      const double ax = cx + c[0], ay = cy + c[1];
+      const bool right = c[2] != 0;
+      const Box box{right ? ax - width : ax, right ? ax : ax + width, ay - half_height, ay + half_height};
+      if (std::none_of(taken.begin(), taken.end(), [&](const Box& t) { return t.overlaps(box); })) {
+        chosen = box;
+        spot = {ax / px_x, ay / px_y, right};
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) {  // crowded everywhere: the first spot
+      spot = {(cx + candidates[0][0]) / px_x, (cy + candidates[0][1]) / px_y, false};
+      chosen = {cx + 10, cx + 10 + width, cy + 1, cy + 15};
+    }
+    taken.push_back(chosen);
+    spots.push_back(spot);
+  }
+  return spots;
+}
+
 }  // namespace
 
 void mark_pareto_frontier(std::vector<ParetoPoint>& points) {
@@ -89,23 +139,28 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
     min_s = std::min(min_s, p.step_seconds);
   }
   for (const auto& b : budgets) max_mib = std::max(max_mib, b.mib);
+  const double x_max = std::max(max_mib, 1e-3) * 1.12;
+  const double y_min = std::max(0.0, min_s - 0.08 * (max_s - min_s + 1e-9)), y_max = max_s + 0.12 * (max_s - min_s + 1e-9);
   std::ostringstream gp;
   gp << "# Activation peak vs step time of every strategy; render with: gnuplot pareto.gp\n"
      << terminal_loop_begin("pareto", 1200, 760)
      << "  set title " << quoted(title) << "\n"
      << "  set xlabel \"activation peak (MiB): bytes held above the parameters, gradients and batch\"\n"
      << "  set ylabel \"step time: forward + backward, median (s)\"\n"
-     << "  set grid\n  set key top right box opaque\n"
-     << "  set xrange [0:" << std::max(max_mib, 1e-3) * 1.12 << "]\n"
-     << "  set yrange [" << std::max(0.0, min_s - 0.08 * (max_s - min_s + 1e-9)) << ":"
-     << max_s + 0.12 * (max_s - min_s + 1e-9) << "]\n"
+     << "  set grid\n  set key bottom left box opaque\n"  // nothing is both small and fast: that corner is empty
+     << "  set xrange [0:" << x_max << "]\n  set yrange [" << y_min << ":" << y_max << "]\n"
      << "  unset arrow\n  unset label\n";
   int marker = 0;
   for (const auto& b : budgets) {
     gp << "  set arrow " << ++marker << " from " << b.mib << ", graph 0 to " << b.mib
        << ", graph 1 nohead dashtype 2 linecolor rgb \"#999999\"\n"
-       << "  set label " << marker << " " << quoted(b.label) << " at " << b.mib << ", graph 0.03 left offset 0.4,0"
+       << "  set label " << marker << " " << quoted(b.label) << " at " << b.mib << ", graph 0.98 right rotate by 90 offset -0.7,0"
        << " textcolor rgb \"#777777\"\n";
+  }
+  const auto spots = place_labels(points, x_max, y_max - y_min);
+  for (size_t i = 0; i < points.size(); ++i) {
+    gp << "  set label " << ++marker << " " << quoted(points[i].name) << " at " << spots[i].x << ", "
+       << spots[i].y << (spots[i].right_aligned ? " right" : " left") << " font \",9\" front\n";
   }
   gp << "  plot \"pareto-frontier.dat\" using 1:2 with steps linewidth 2 linecolor rgb \"#2ca02c\" title \"Pareto frontier (no strategy is both smaller and faster)\", \\\n"
      << "       \"pareto.dat\" using 3:(strcol(2) eq \"policy\" ? $4 : 1/0) with points pointtype 7 pointsize 1.4"
@@ -113,8 +168,7 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
      << "       \"pareto.dat\" using 3:(strcol(2) eq \"planner\" ? $4 : 1/0) with points pointtype 9 pointsize 2"
      << " linecolor rgb \"#d62728\" title \"remat planner: optimal plan for the budget\", \\\n"
      << "       \"pareto.dat\" using 3:($5 == 1 ? $4 : 1/0) with points pointtype 6 pointsize 2.6 linecolor rgb \"#2ca02c\""
-     << " title \"circled: on the frontier\", \\\n"
-     << "       \"pareto.dat\" using 3:4:1 with labels left offset 1.1,0.55 font \",9\" notitle\n"
+     << " title \"circled: on the frontier\"\n"
      << "}\nset output\n";
   write_file_atomically(dir + "/pareto.gp", gp.str());
   auto files = render(dir, "pareto");
