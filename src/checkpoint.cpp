@@ -58,7 +58,9 @@ variable_list grad_releasing_roots(variable_list&& roots, const variable_list& w
       wrt_edges.emplace_back(std::make_shared<torch::autograd::Identity>(), 0);
     }
   }
-  return torch::autograd::Engine::get_default_engine().execute(root_edges, root_grads, /*keep_graph=*/false,
+  // With create_graph the gradients' own graph reaches into the recomputed graph (tanh's backward
+  // reuses its saved output, ...): keep it, as torch::autograd::grad's retain_graph default does.
+  return torch::autograd::Engine::get_default_engine().execute(root_edges, root_grads, /*keep_graph=*/create_graph,
                                                                create_graph, /*accumulate_grad=*/false, wrt_edges);
 }
 
@@ -187,7 +189,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     }
     const variable_list parameters(saved.begin() + next_saved, saved.end());
 
-    variable_list recompute_inputs = detach_like(inputs, state->input_requires_grad);
+    // Under create_graph (double backward) the gradients' graph must reach the real inputs, so the
+    // recompute runs on them; otherwise on detached copies, which keeps the recompute's graph apart.
+    const bool create_graph = c10::GradMode::is_enabled();
+    variable_list recompute_inputs = create_graph ? inputs : detach_like(inputs, state->input_requires_grad);
     // Undone only after the recomputed graph's backward: BatchNorm's saves the running statistics,
     // and restoring them earlier would trip its version check.
     detail::RestoreTensorsScope restore(state->options.restore_after_recompute());
@@ -248,8 +253,7 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     variable_list grads(saved.size() + 1);  // the last for the state argument of forward()
     if (roots.empty() || wrt.empty()) return grads;
     outputs.clear();  // the roots are the only references left to the recomputed outputs
-    variable_list computed = grad_releasing_roots(std::move(roots), wrt, root_grads,
-                                                  /*create_graph=*/c10::GradMode::is_enabled());
+    variable_list computed = grad_releasing_roots(std::move(roots), wrt, root_grads, create_graph);
     for (size_t k = 0; k < computed.size(); ++k) grads[wrt_position[k]] = std::move(computed[k]);
     return grads;
   }

@@ -7,12 +7,14 @@
 #include <fstream>
 #include <iomanip>
 #include <mutex>
+#include <sstream>
 #include <unordered_map>
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
+#include "detail/atomic_file.h"
 #include "detail/cuda_memory.h"
 #include "detail/torch_version.h"
 #include "remat/error.h"
@@ -29,17 +31,20 @@ struct TimelineRecorder {
   std::chrono::steady_clock::time_point start;
   std::vector<MemoryEvent> events;
 
-  void record(int64_t bytes) {
+  /// `device`: where the bytes were counted; a sample of another device's timeline is dropped.
+  void record(int64_t bytes, c10::Device counted_on) {
     const StepPhase phase = current_step_phase();
     std::lock_guard<std::mutex> lock(mutex);
-    if (!active) return;
+    if (!active || device != counted_on) return;
     events.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes, phase});
   }
 };
 
+// Never destroyed, like the allocator below: tensors (and a runtime's own timeline, through the C
+// interface) may still be freed during static destruction at exit.
 TimelineRecorder& timeline_recorder() {
-  static TimelineRecorder recorder;
-  return recorder;
+  static auto* recorder = new TimelineRecorder;
+  return *recorder;
 }
 
 std::atomic<int> step_phase{static_cast<int>(StepPhase::idle)};
@@ -59,8 +64,8 @@ class TrackingCpuAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &free_tracked; }
 
   static TrackingCpuAllocator& instance() {
-    static TrackingCpuAllocator allocator;
-    return allocator;
+    static auto* allocator = new TrackingCpuAllocator;  // outlives every tensor, even those freed at exit
+    return *allocator;
   }
 
   MemoryStats stats() const {
@@ -81,7 +86,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
       sizes_[data] = bytes;
       current_ += static_cast<int64_t>(bytes);
       if (current_ > peak_) peak_ = current_;
-      if (timeline_recorder().active && timeline_recorder().device.is_cpu()) timeline_recorder().record(current_);
+      if (timeline_recorder().active) timeline_recorder().record(current_, c10::kCPU);
     }
     return {data, data, &free_tracked, c10::Device(c10::DeviceType::CPU)};
   }
@@ -95,7 +100,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
       if (it != self.sizes_.end()) {
         self.current_ -= static_cast<int64_t>(it->second);
         self.sizes_.erase(it);
-        if (timeline_recorder().active && timeline_recorder().device.is_cpu()) timeline_recorder().record(self.current_);
+        if (timeline_recorder().active) timeline_recorder().record(self.current_, c10::kCPU);
       }
     }
     c10::free_cpu(data);
@@ -183,8 +188,13 @@ namespace {
 void sample_at_phase_change() {
   auto& recorder = timeline_recorder();
   if (!recorder.active) return;
-  detail::synchronize_if_cuda(recorder.device);
-  recorder.record(memory_stats(recorder.device).current_bytes);
+  c10::Device device = c10::kCPU;
+  {
+    std::lock_guard<std::mutex> lock(recorder.mutex);
+    device = recorder.device;
+  }
+  detail::synchronize_if_cuda(device);
+  recorder.record(memory_stats(device).current_bytes, device);
 }
 }  // namespace
 
@@ -225,15 +235,10 @@ std::vector<MemoryEvent> MemoryTimeline::stop() {
 }
 
 void write_memory_events_csv(const std::vector<MemoryEvent>& events, const std::string& path) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    REMAT_CHECK(out.good(), "cannot write '", temporary, "': check that its folder exists and is writable.");
-    out << "seconds,bytes,phase\n" << std::setprecision(9);
-    for (const auto& e : events) out << e.seconds << ',' << e.bytes << ',' << to_string(e.phase) << '\n';
-    REMAT_CHECK(out.good(), "cannot write '", temporary, "'.");
-  }
-  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "cannot replace '", path, "'.");
+  std::ostringstream text;
+  text << "seconds,bytes,phase\n" << std::setprecision(9);
+  for (const auto& e : events) text << e.seconds << ',' << e.bytes << ',' << to_string(e.phase) << '\n';
+  detail::write_file_atomically(path, text.str());
 }
 
 }  // namespace remat

@@ -59,6 +59,10 @@ int main(int argc, char** argv) {
     ++failures;
   }
   if (timeline_start() != 0 || push_phase(1) != 0) return 1;
+  if (timeline_save(nullptr) != -1) {
+    std::fprintf(stderr, "expected an error for saving to no file\n");
+    ++failures;
+  }
   { at::Tensor c = at::empty({25}, at::kFloat); }
   pop_phase();
   // start, phase entry (2 samples), allocation, free, phase exit (2 samples)
@@ -70,10 +74,18 @@ int main(int argc, char** argv) {
   if (FILE* csv = std::fopen(path, "r")) {
     char header[64] = {0}, line[64] = {0};
     std::fgets(header, sizeof header, csv);
-    for (int i = 0; i < 4; ++i) std::fgets(line, sizeof line, csv);  // the allocation's line
+    long long before_bytes = -1, allocated_bytes = -1;
+    for (int i = 0; i < 4; ++i) {  // rows 1-3: start and the phase entry; row 4: the allocation
+      std::fgets(line, sizeof line, csv);
+      double seconds = 0;
+      long long bytes = 0;
+      if (std::sscanf(line, "%lf,%lld", &seconds, &bytes) == 2) (i < 3 ? before_bytes : allocated_bytes) = bytes;
+    }
     std::fclose(csv);
-    if (std::string(header) != "seconds,bytes,phase\n" || std::string(line).find(",forward") == std::string::npos) {
-      std::fprintf(stderr, "unexpected CSV: '%s' then '%s'\n", header, line);
+    if (std::string(header) != "seconds,bytes,phase\n" || std::string(line).find(",forward") == std::string::npos ||
+        allocated_bytes - before_bytes != 100) {
+      std::fprintf(stderr, "unexpected CSV: '%s' then '%s' (%lld bytes more, expected 100)\n", header, line,
+                   allocated_bytes - before_bytes);
       ++failures;
     }
   } else {

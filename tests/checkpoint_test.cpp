@@ -289,6 +289,48 @@ TEST(Checkpoint, RecomputedOutputIsNotHeldThroughTheSegmentsBackward) {
   EXPECT_TRUE(remat::testing::bitwise_equal(x.grad(), w * 2));
 }
 
+// Double backward: the gradient's graph, built during the recompute's backward, reaches into the
+// recomputed graph (tanh's backward reuses tanh's output), so that graph must outlive the first
+// backward when create_graph is on.
+TEST(Checkpoint, DoubleBackwardThroughTheRecomputeGivesThePlainSecondDerivative) {
+  at::Tensor x = torch::randn({5}, torch::requires_grad());
+  at::Tensor w = torch::randn({5}, torch::requires_grad());
+  auto layer = [&](const at::Tensor& in) { return (in * w).tanh(); };
+  auto second = [&](bool checkpointed) {
+    x.mutable_grad().reset();
+    w.mutable_grad().reset();
+    at::Tensor h = x * 3;  // a non-leaf input: second derivatives must flow back through its graph
+    at::Tensor y = checkpointed ? remat::checkpoint(layer, h) : layer(h);
+    at::Tensor dx = torch::autograd::grad({y.sum()}, {x}, {}, /*retain_graph=*/c10::nullopt, /*create_graph=*/true)[0];
+    dx.pow(2).sum().backward();
+    return std::make_pair(x.grad().clone(), w.grad().clone());
+  };
+  const auto plain = second(false);
+  const auto checked = second(true);
+  ASSERT_TRUE(checked.first.defined() && checked.second.defined());
+  EXPECT_TRUE(torch::allclose(plain.first, checked.first));
+  EXPECT_TRUE(torch::allclose(plain.second, checked.second));
+}
+
+// A function may return one of the parameters it uses unchanged: the parameter is then a root of
+// the recompute's backward, and still gets its gradient exactly once.
+TEST(Checkpoint, ReturningAParameterUnchangedGivesItsGradientOnce) {
+  at::Tensor x = torch::randn({4}, torch::requires_grad());
+  at::Tensor w = torch::randn({4}, torch::requires_grad());
+  auto fn = [&](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{w, in[0] * w}; };
+  auto grads = [&](bool checkpointed) {
+    x.mutable_grad().reset();
+    w.mutable_grad().reset();
+    auto out = checkpointed ? remat::checkpoint(fn, {x}) : fn({x});
+    (out[0].sum() * 3 + out[1].sum()).backward();
+    return std::make_pair(x.grad().clone(), w.grad().clone());
+  };
+  const auto plain = grads(false);
+  const auto checked = grads(true);
+  EXPECT_TRUE(bitwise_equal(plain.first, checked.first));
+  EXPECT_TRUE(bitwise_equal(plain.second, checked.second));
+}
+
 TEST(Checkpoint, BatchNormStatisticsUpdateOnceWithRestoreAfterRecompute) {
   torch::manual_seed(0);
   at::Tensor x = torch::randn({16, 4}) * 3 + 1;

@@ -53,6 +53,10 @@ REMAT_C_API int64_t remat_timeline_stop_and_save(const char* path) {
     last_error = "no timeline is recording: call remat_timeline_start() first.";
     return -1;
   }
+  if (path == nullptr || *path == '\0') {
+    last_error = "remat_timeline_stop_and_save: give a file name (the timeline keeps recording).";
+    return -1;
+  }
   const auto events = timeline->stop();
   timeline.reset();
   try {

@@ -32,10 +32,14 @@ grep -q '"within_budget": false' "$work/bench/bench.json" && fail "a planner pla
 [ "$(grep -c '"within_budget": true' "$work/bench/bench.json")" -eq 2 ] || fail "expected two planner rows within budget"
 grep -q "optimal 60%" "$work/bench.out" || fail "no optimal plan in the table"
 grep -q "!\[memory timeline\](timeline.png)" "$work/bench/report.md" || fail "report does not show the timeline"
-# The timeline has all three phases, and starts and ends at zero activation bytes.
+# The timeline has all three phases; each strategy's step starts at zero activation bytes and ends
+# holding only the loss (a few bytes).
 for phase in forward backward recompute; do
   grep -q ",$phase\$" "$work/bench/timeline.csv" || fail "timeline has no $phase phase"
 done
+awk -F, 'NR > 1 { if (!($1 in first)) { first[$1] = $3; n++ } last[$1] = $3 }
+  END { for (s in first) if (first[s] != 0 || last[s] < 0 || last[s] > 64) { print s ": " first[s] " -> " last[s]; bad = 1 }
+        exit bad || n != 3 }' "$work/bench/timeline.csv" || fail "timelines do not start at 0 and end near 0 (or not 3 of them)"
 
 "$remat" trace "${tiny[@]}" --policies none every:2 --out "$work/trace" > "$work/trace.out"
 [ -s "$work/trace/timeline.png" ] || fail "trace wrote no plot"
@@ -49,6 +53,8 @@ expect_error() {  # expect_error "message" command...
 expect_error "--trace: 'nope' is not one of the strategies" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60% --trace nope --out "$work/b2"
 expect_error "the smallest feasible budget is" "$remat" bench "${tiny[@]}" --steps 1 --budgets 1KiB --out "$work/b3"
 expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --steps 1 --budgets "" --out /proc/remat-bench
+expect_error "--budgets lists '60%' twice" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60%,60% --out "$work/b6"
+expect_error "has an unknown unit 'parsecs'" "$remat" bench "${tiny[@]}" --steps 1 --budgets 12parsecs --out "$work/b7"
 expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --steps 1 --policies block block --budgets "" --out "$work/b4"
 expect_error "unknown policy 'blocks'" "$remat" trace "${tiny[@]}" --policies blocks --out "$work/b5"
 echo "bench and trace: all checks passed"

@@ -97,23 +97,16 @@ class Progress {
 };
 
 std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, const std::vector<std::string>& policies,
-                                      bool skip_inapplicable, const std::string& budgets, int64_t slots) {
+                                      const std::vector<std::string>& budgets, int64_t slots) {
   std::vector<Strategy> strategies;
   for (const auto& policy : policies) {
     Strategy s;
     s.name = policy;
-    try {
-      s.plan = policy_plan(policy, models::GptChainShape(layers, policy_granularity(policy)));
-    } catch (const c10::Error&) {
-      if (skip_inapplicable) continue;  // segments:4 of a 2-block model
-      throw;
-    }
+    s.plan = policy_plan(policy, models::GptChainShape(layers, policy_granularity(policy)));
     if (costs != nullptr) s.prediction = costs->predict(s.plan);
-    REMAT_CHECK(std::none_of(strategies.begin(), strategies.end(), [&](const Strategy& o) { return o.name == policy; }),
-                "--policies lists '", policy, "' twice.");
     strategies.push_back(std::move(s));
   }
-  for (const auto& text : split_list(budgets)) {
+  for (const auto& text : budgets) {
     REMAT_CHECK(costs != nullptr, "planning for a budget needs a profile.");
     Strategy s;
     s.name = "optimal " + text;
@@ -174,33 +167,54 @@ std::filesystem::path prepare_out_dir(const std::string& dir) {
   return std::filesystem::path(dir);
 }
 
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
+// The budgets as given, checked for form and repeats before anything is profiled.
+std::vector<std::string> checked_budgets(const std::string& budgets) {
+  std::vector<std::string> texts = split_list(budgets);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    parse_budget(texts[i], int64_t{1} << 30);  // its form: a clear error for "12parsecs"
+    REMAT_CHECK(std::find(texts.begin(), texts.begin() + static_cast<std::ptrdiff_t>(i), texts[i]) ==
+                    texts.begin() + static_cast<std::ptrdiff_t>(i),
+                "--budgets lists '", texts[i], "' twice.");
+  }
+  return texts;
 }
 
-std::vector<std::string> traced_names(const BenchFlags& flags, const std::vector<Strategy>& strategies) {
+// The strategies whose timeline to record, checked against what will run (policies that apply to
+// this depth, and "optimal <budget>") before anything is profiled or measured.
+std::vector<std::string> traced_names(const BenchFlags& flags, const std::vector<std::string>& policies,
+                                      const std::vector<std::string>& budgets) {
   if (flags.no_trace) return {};
+  std::vector<std::string> known = policies;
+  for (const auto& b : budgets) known.push_back("optimal " + b);
+  auto is_known = [&](const std::string& name) { return std::find(known.begin(), known.end(), name) != known.end(); };
   std::vector<std::string> names = flags.trace;
   if (names.empty()) {  // the extremes and the planner's middle budget
     for (const std::string wanted : {"none", "block"}) {
-      for (const auto& s : strategies) {
-        if (s.name == wanted) names.push_back(wanted);
-      }
+      if (is_known(wanted)) names.push_back(wanted);
     }
-    std::vector<std::string> planned;
-    for (const auto& s : strategies) {
-      if (s.planner) planned.push_back(s.name);
-    }
-    if (!planned.empty()) names.push_back(planned[planned.size() / 2]);
+    if (!budgets.empty()) names.push_back("optimal " + budgets[budgets.size() / 2]);
   }
   for (const auto& name : names) {
-    REMAT_CHECK(std::any_of(strategies.begin(), strategies.end(), [&](const Strategy& s) { return s.name == name; }),
-                "--trace: '", name, "' is not one of the strategies measured (a --policies entry, or 'optimal <budget>').");
+    REMAT_CHECK(is_known(name), "--trace: '", name,
+                "' is not one of the strategies measured (a --policies entry, or 'optimal <budget>').");
   }
   return names;
+}
+
+// The policies that will run: all given ones, or the defaults that apply to this depth.
+std::vector<std::string> runnable_policies(const BenchFlags& flags, int64_t layers) {
+  std::vector<std::string> out;
+  for (const auto& policy : flags.policies) {
+    try {
+      policy_plan(policy, models::GptChainShape(layers, policy_granularity(policy)));
+    } catch (const c10::Error&) {
+      if (flags.default_policies) continue;
+      throw;
+    }
+    REMAT_CHECK(std::find(out.begin(), out.end(), policy) == out.end(), "--policies lists '", policy, "' twice.");
+    out.push_back(policy);
+  }
+  return out;
 }
 
 std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,
@@ -219,10 +233,12 @@ void run_bench(BenchFlags& flags) {
   auto& options = flags.model.options;
   options.model.validate();
   const auto out = prepare_out_dir(flags.out_dir);
+  const std::vector<std::string> policies = runnable_policies(flags, options.model.layers);
+  const std::vector<std::string> budgets = checked_budgets(flags.budgets);
+  const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
+  REMAT_CHECK(!policies.empty() || !budgets.empty(), "nothing to measure: give --policies or --budgets.");
   const ModelCosts costs = costs_for(flags);
-  const std::vector<Strategy> strategies =
-      make_strategies(&costs, options.model.layers, flags.policies, flags.default_policies, flags.budgets, flags.slots);
-  const std::vector<std::string> trace_names = traced_names(flags, strategies);
+  const std::vector<Strategy> strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   const std::string threads = set_cpu_threads(options.threads);
@@ -387,11 +403,12 @@ void run_trace(BenchFlags& flags) {
   auto& options = flags.model.options;
   options.model.validate();
   const auto out = prepare_out_dir(flags.out_dir);
+  const std::vector<std::string> policies = runnable_policies(flags, options.model.layers);
+  const std::vector<std::string> budgets = checked_budgets(flags.budgets);
+  REMAT_CHECK(!policies.empty() || !budgets.empty(), "nothing to trace: give --policies or --budgets.");
   std::optional<ModelCosts> costs;
-  if (!flags.budgets.empty()) costs = costs_for(flags);
-  const auto strategies =
-      make_strategies(costs ? &*costs : nullptr, options.model.layers, flags.policies, flags.default_policies, flags.budgets,
-                      flags.slots);
+  if (!budgets.empty()) costs = costs_for(flags);
+  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers, policies, budgets, flags.slots);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   std::cerr << "warming up " << strategies.size() << " strategies...\n";

@@ -22,6 +22,14 @@ std::string quoted(const std::string& text) {
   return out + "\"";
 }
 
+// A string column of a gnuplot data file: double-quoted; gnuplot's data reader has no escapes, so
+// a double quote inside becomes a single one.
+std::string data_string(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? '\'' : c;
+  return out + "\"";
+}
+
 std::string shell_quoted(const std::string& text) {
   std::string out = "'";
   for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -36,7 +44,11 @@ std::vector<std::string> render(const std::string& dir, const std::string& name)
     return {};
   }
   const std::string command = "cd " + shell_quoted(dir) + " && gnuplot " + shell_quoted(name + ".gp") + " 2>&1";
-  REMAT_CHECK(std::system(command.c_str()) == 0, "gnuplot failed on ", dir, "/", name, ".gp (its messages are above).");
+  if (std::system(command.c_str()) != 0) {  // the measurements are kept: only the picture is missing
+    std::cerr << "warning: gnuplot failed on " << dir << "/" << name << ".gp (its messages are above); the data "
+              << "files are written, the plot is not.\n";
+    return {};
+  }
   return {dir + "/" + name + ".png", dir + "/" + name + ".svg"};
 }
 
@@ -119,7 +131,7 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
   std::ostringstream data, frontier;
   data << "# name\tkind\tactivation_peak_MiB\tstep_seconds\ton_frontier\n" << std::setprecision(8);
   for (const auto& p : points) {
-    data << quoted(p.name) << '\t' << (p.planner ? "planner" : "policy") << '\t' << p.peak_mib << '\t' << p.step_seconds
+    data << data_string(p.name) << '\t' << (p.planner ? "planner" : "policy") << '\t' << p.peak_mib << '\t' << p.step_seconds
          << '\t' << (p.on_frontier ? 1 : 0) << '\n';
   }
   std::vector<ParetoPoint> front;
@@ -181,14 +193,15 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
   REMAT_CHECK(!series.empty(), "plot_timeline: no strategies to plot.");
   std::ostringstream csv, data;
   csv << "strategy,milliseconds,activation_bytes,phase\n" << std::setprecision(9);
-  data << "# strategy\tmilliseconds\tactivation_MiB\tphase\n" << std::setprecision(8);
+  data << "# series (0-based, in the order of the panels)\tmilliseconds\tactivation_MiB\tphase\n" << std::setprecision(8);
   double max_ms = 0, max_mib = 0;
-  for (const auto& s : series) {
+  for (size_t i = 0; i < series.size(); ++i) {
+    const auto& s = series[i];
     for (const auto& e : s.events) {
       const int64_t bytes = e.bytes - s.base_bytes;
       const double ms = 1e3 * e.seconds, mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
-      csv << '"' << s.name << "\"," << ms << ',' << bytes << ',' << to_string(e.phase) << '\n';
-      data << quoted(s.name) << '\t' << ms << '\t' << mib << '\t' << to_string(e.phase) << '\n';
+      csv << csv_field(s.name) << ',' << ms << ',' << bytes << ',' << to_string(e.phase) << '\n';
+      data << i << '\t' << ms << '\t' << mib << '\t' << to_string(e.phase) << '\n';
       max_ms = std::max(max_ms, ms);
       max_mib = std::max(max_mib, mib);
     }
@@ -212,8 +225,7 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
        << (last ? "  set xlabel \"time since the step began (ms)\"\n  set format x \"%g\"\n"
                 : "  unset xlabel\n  set format x \"\"\n")
        << (first ? "  set key top right vertical box opaque samplen 2\n" : "  unset key\n")
-       << "  plot \"timeline.dat\" using 2:(strcol(1) eq " << quoted(s.name)
-       << " ? $3 : 1/0):(phase_color(strcol(4))) with lines linewidth 1.6 linecolor rgb variable notitle";
+       << "  plot \"timeline.dat\" using 2:($1 == " << i << " ? $3 : 1/0):(phase_color(strcol(4))) with lines linewidth 1.6 linecolor rgb variable notitle";
     if (first) {
       gp << ", \\\n       NaN with lines linewidth 3 linecolor rgb \"#1f77b4\" title \"forward\""
          << ", \\\n       NaN with lines linewidth 3 linecolor rgb \"#ff7f0e\" title \"backward\""

@@ -8,12 +8,12 @@
 // drift; each step re-seeds the generator so dropout masks match the driver's for the same seed.
 #include "worker_command.h"
 
-#include <fstream>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "files.h"
 #include "model_flags.h"
 #include "planning.h"
 #include "remat/error.h"
@@ -38,13 +38,7 @@ void export_model_and_batch(const SampleModel& sample, const std::string& path) 
   everything.insert("tokens", sample.tokens);
   everything.insert("targets", sample.targets);
   const std::vector<char> bytes = torch::pickle_save(everything);
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    REMAT_CHECK(out.good(), "--export: cannot write '", temporary, "'; check that its folder exists and is writable.");
-  }
-  REMAT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "--export: cannot replace '", path, "'.");
+  write_file_atomically(path, std::string(bytes.begin(), bytes.end()));
 }
 
 class StepServer {
@@ -59,10 +53,17 @@ class StepServer {
     REMAT_CHECK(request.is_object() && request.contains("policy") && request["policy"].is_string(),
                 "a request is a JSON object with a \"policy\" string, as in {\"policy\": \"block\", \"steps\": 1}.");
     const std::string policy = request["policy"].get<std::string>();
-    const int steps = request.value("steps", 1);
-    REMAT_CHECK(steps >= 1 && steps <= 1000, "\"steps\" must be in [1, 1000], got ", steps, ".");
-    const uint64_t seed = request.value("seed", uint64_t{0});
-    const std::string trace = request.value("trace", std::string());
+    const auto& steps_json = request.contains("steps") ? request["steps"] : nlohmann::json(1);
+    REMAT_CHECK(steps_json.is_number_integer() && steps_json.get<int64_t>() >= 1 && steps_json.get<int64_t>() <= 1000,
+                "\"steps\" must be a whole number in [1, 1000], got ", steps_json.dump(), ".");
+    const int steps = static_cast<int>(steps_json.get<int64_t>());
+    const auto& seed_json = request.contains("seed") ? request["seed"] : nlohmann::json(0);
+    REMAT_CHECK(seed_json.is_number_unsigned() || (seed_json.is_number_integer() && seed_json.get<int64_t>() >= 0),
+                "\"seed\" must be a whole number >= 0, got ", seed_json.dump(), ".");
+    const uint64_t seed = seed_json.get<uint64_t>();
+    const auto& trace_json = request.contains("trace") ? request["trace"] : nlohmann::json("");
+    REMAT_CHECK(trace_json.is_string(), "\"trace\" must be a file name, got ", trace_json.dump(), ".");
+    const std::string trace = trace_json.get<std::string>();
     models::GptChain& chain = policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
     const Plan plan = policy_plan(policy, chain);
     nlohmann::json reply = {{"policy", policy}, {"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
