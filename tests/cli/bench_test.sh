@@ -53,6 +53,9 @@ expect_error() {  # expect_error "message" command...
 expect_error "--trace: 'nope' is not one of the strategies" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60% --trace nope --out "$work/b2"
 expect_error "the smallest feasible budget is" "$remat" bench "${tiny[@]}" --steps 1 --budgets 1KiB --out "$work/b3"
 expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --steps 1 --budgets "" --out /proc/remat-bench
+expect_error "was made for another model or batch" "$remat" bench --layers 2 --hidden 64 --heads 2 --seq 16 --batch 2 --steps 1 --budgets 60% \
+  --profile "$work/bench/profile.json" --out "$work/b8"
+"$remat" plan "${tiny[@]}" --profile "$work/bench/profile.json" --budget 60% > /dev/null || fail "bench's profile.json does not plan again"
 expect_error "--budgets lists '60%' twice" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60%,60% --out "$work/b6"
 expect_error "has an unknown unit 'parsecs'" "$remat" bench "${tiny[@]}" --steps 1 --budgets 12parsecs --out "$work/b7"
 expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --steps 1 --policies block block --budgets "" --out "$work/b4"

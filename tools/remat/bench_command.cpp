@@ -124,10 +124,7 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
 ModelCosts costs_for(const BenchFlags& flags) {
   const auto& options = flags.model.options;
   if (!flags.profile_file.empty()) {
-    ModelCosts costs = load_profile(flags.profile_file);
-    REMAT_CHECK(costs.layers() == options.model.layers, "--profile: '", flags.profile_file, "' describes a model with ",
-                costs.layers(), " layers but --layers is ", options.model.layers, ".");
-    return costs;
+    return load_profile_for(flags.profile_file, options);
   }
   std::cerr << "profiling the GPT's stages (" << flags.repeats << " interleaved repeats)...\n";
   return profile_model(options, flags.repeats);

@@ -72,9 +72,7 @@ void run_budget_plan(PlanFlags& flags) {
   std::ostream& out = flags.json ? std::cerr : std::cout;
   ModelCosts costs;
   if (!flags.profile_file.empty()) {
-    costs = load_profile(flags.profile_file);
-    REMAT_CHECK(costs.layers() == options.model.layers, "--profile: '", flags.profile_file, "' describes a model with ",
-                costs.layers(), " layers but --layers is ", options.model.layers, ".");
+    costs = load_profile_for(flags.profile_file, options);
   } else {
     out << "profiling the GPT (" << options.model.describe() << ", batch " << options.batch << ")...\n";
     costs = profile_model(options, flags.repeats);

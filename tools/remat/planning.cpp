@@ -62,6 +62,19 @@ ModelCosts load_profile(const std::string& path) {
   return costs;
 }
 
+ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& options) {
+  ModelCosts costs = load_profile(path);
+  REMAT_CHECK(costs.layers() == options.model.layers, "--profile: '", path, "' describes a model with ", costs.layers(),
+              " layers but --layers is ", options.model.layers, ".");
+  const int64_t boundary = options.batch * options.model.sequence * options.model.hidden * 4;  // fp32 (B,T,C)
+  REMAT_CHECK(costs.half.stages.front().output_bytes == boundary, "--profile: '", path,
+              "' was made for another model or batch: its activations between stages are ",
+              costs.half.stages.front().output_bytes, " bytes, but --batch ", options.batch, " x --seq ",
+              options.model.sequence, " x --hidden ", options.model.hidden, " x 4 bytes = ", boundary,
+              ". Profile again with these flags (remat profile --save FILE), or give the profile's flags.");
+  return costs;
+}
+
 PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t slots, int64_t* min_feasible_bytes) {
   models::GptChainShape chain(costs.layers(), "half");
   const Plan plain = Plan::plain(chain);

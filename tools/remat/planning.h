@@ -34,6 +34,9 @@ SampleModel make_sample_model(const train::TrainOptions& options);
 ModelCosts profile_model(const train::TrainOptions& options, int repeats);
 void save_profile(const ModelCosts& costs, const std::string& path);
 ModelCosts load_profile(const std::string& path);
+/// A saved profile, checked to describe the GPT and batch of `options` (its depth, and the bytes of
+/// one activation between stages: batch × seq × hidden × 4), with an error naming what differs.
+ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& options);
 
 struct PlanChoice {
   std::string name;  ///< a policy name, or "optimal", "revolve", "chen"
