@@ -48,6 +48,10 @@ size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
   return interval_offset_[s * n_ + t] + static_cast<size_t>(m);
 }
 
+int64_t OptimalPlanner::captured_units(int64_t first, int64_t t) const {
+  return t < n_ - 1 && first <= t ? parameter_units_before_[t + 1] - parameter_units_before_[first] : 0;
+}
+
 double OptimalPlanner::cost(int64_t s, int64_t t, int64_t m) const {
   if (m < 0) return kInfinity;
   return table_[index(s, t, std::min(m, slots_))];
@@ -87,11 +91,8 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   // Subproblems that end before the last stage are the inside of a checkpointed segment (a segment
   // never ends at the end of its range, and the top level's rest always ends at n-1): there the
   // parameter gradients of stages already back-propagated are held until the segment returns.
-  std::vector<int64_t> parameters_before(n_ + 1, 0);  // units of stages [0, k)
-  for (int64_t k = 0; k < n_; ++k) parameters_before[k + 1] = parameters_before[k] + stages[k].parameters;
-  const auto captured_between = [&](int64_t first, int64_t t) {  // held inside a segment ending at t
-    return t < n_ - 1 && first <= t ? parameters_before[t + 1] - parameters_before[first] : 0;
-  };
+  parameter_units_before_.assign(n_ + 1, 0);
+  for (int64_t k = 0; k < n_; ++k) parameter_units_before_[k + 1] = parameter_units_before_[k] + stages[k].parameters;
 
   // Loops run over the memory slots innermost: for a fixed choice the recurrence reads contiguous
   // rows of the table, which the compiler vectorises. Ties keep the earlier choice (options first,
@@ -108,7 +109,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
         const auto& opt = first.options[o];
         const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
                                         first.x + opt.kept + first.input_grad + opt.backward_extra +
-                                            captured_between(s + 1, t));
+                                            captured_units(s + 1, t));
         if (s == t) {
           for (int64_t m = lowest; m <= slots_; ++m) {
             if (opt.seconds < row[m]) {
@@ -136,7 +137,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
         forward_peak = std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
         forward_seconds += stages[k].nograd_seconds;
         const int64_t x = stages[k].x;
-        const int64_t held_in_backward = 2 * segment_units + captured_between(j, t);
+        const int64_t held_in_backward = 2 * segment_units + captured_units(j, t);
         const int64_t lowest = std::max(forward_peak, std::max(x + segment_units, held_in_backward));
         if (lowest > slots_) break;  // the forward's peak only grows with j
         const double* rest = &table_[index(j, t, 0)];
@@ -184,9 +185,7 @@ void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem
   const int64_t j = choice - max_options_;
   const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
   std::vector<PlanItem> inner;
-  int64_t captured = 0;  // as captured_between in the constructor
-  for (int64_t k = j; k <= t && t < n_ - 1; ++k) captured += round_up(costs_.stages[k].parameter_bytes, unit_);
-  build(s, j - 1, m - 2 * segment_units - captured, inner, plan);
+  build(s, j - 1, m - 2 * segment_units - captured_units(j, t), inner, plan);
   items.push_back(PlanItem::checkpointed(std::move(inner)));
   build(j, t, m - segment_units - round_up(costs_.stages[j - 1].output_bytes, unit_), items, plan);
 }

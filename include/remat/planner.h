@@ -46,12 +46,16 @@ class OptimalPlanner {
   double cost(int64_t s, int64_t t, int64_t m) const;
   void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
   size_t index(int64_t s, int64_t t, int64_t m) const;
+  /// Units of parameter gradients held inside a segment ending at t once stages first..t are
+  /// back-propagated (0 at the top level: subproblems ending at n-1; see docs/planner.md).
+  int64_t captured_units(int64_t first, int64_t t) const;
 
   CostTable costs_;
   Plan template_;
   int64_t n_ = 0, slots_ = 0, unit_ = 1, min_feasible_bytes_ = 0;
   double fill_seconds_ = 0;
   std::vector<size_t> interval_offset_;
+  std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
   std::vector<double> table_;   // least time, +inf when infeasible
   std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
   int32_t max_options_ = 1;

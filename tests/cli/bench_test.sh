@@ -56,7 +56,7 @@ expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --ste
 expect_error "was made for another model or batch" "$remat" bench --layers 2 --hidden 64 --heads 2 --seq 16 --batch 2 --steps 1 --budgets 60% \
   --profile "$work/bench/profile.json" --out "$work/b8"
 "$remat" plan "${tiny[@]}" --profile "$work/bench/profile.json" --budget 60% > /dev/null || fail "bench's profile.json does not plan again"
-expect_error "--budgets lists '60%' twice" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60%,60% --out "$work/b6"
+expect_error "the budgets list '60%' twice" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60%,60% --out "$work/b6"
 expect_error "has an unknown unit 'parsecs'" "$remat" bench "${tiny[@]}" --steps 1 --budgets 12parsecs --out "$work/b7"
 expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --steps 1 --policies block block --budgets "" --out "$work/b4"
 expect_error "unknown policy 'blocks'" "$remat" trace "${tiny[@]}" --policies blocks --out "$work/b5"

@@ -67,16 +67,6 @@ std::string signed_percent(double fraction) {
   return (fraction >= 0 ? "+" : "") + fixed(100.0 * fraction, 1) + "%";
 }
 
-std::vector<std::string> split_list(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
-
 // Progress on stderr: one line rewritten in place on a terminal, a line per round otherwise.
 class Progress {
  public:
@@ -117,7 +107,6 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
     s.prediction = choice.prediction;
     strategies.push_back(std::move(s));
   }
-  REMAT_CHECK(!strategies.empty(), "nothing to measure: give --policies or --budgets.");
   return strategies;
 }
 
@@ -135,14 +124,10 @@ ModelCosts costs_for(const BenchFlags& flags) {
 TimelineSeries trace_step(SampleModel& sample, const Strategy& strategy, uint64_t seed) {
   models::GptChain chain(sample.model, strategy.plan.granularity);
   chain.set_targets(sample.targets);
-  for (auto& parameter : sample.model->parameters()) {
-    if (parameter.grad().defined()) parameter.mutable_grad().zero_();
-  }
-  torch::manual_seed(seed);
   TimelineSeries series;
   series.name = strategy.name;
   MemoryTimeline timeline;
-  const StepMeasurement m = measure_step([&] { return run_plan(chain, strategy.plan, sample.tokens); });
+  const StepMeasurement m = seeded_step(sample, chain, strategy.plan, seed).measurement;
   series.events = timeline.stop();
   series.base_bytes = m.bytes_before_forward;
   series.caption = "peak " + fixed(to_mib(m.activation_peak_bytes()), 1) + " MiB, step " + format_seconds(m.step_seconds);
@@ -162,18 +147,6 @@ std::filesystem::path prepare_out_dir(const std::string& dir) {
   REMAT_CHECK(!error && std::filesystem::is_directory(dir), "--out: cannot create the folder '", dir, "' (",
               error.message(), "); give a writable path.");
   return std::filesystem::path(dir);
-}
-
-// The budgets as given, checked for form and repeats before anything is profiled.
-std::vector<std::string> checked_budgets(const std::string& budgets) {
-  std::vector<std::string> texts = split_list(budgets);
-  for (size_t i = 0; i < texts.size(); ++i) {
-    parse_budget(texts[i], int64_t{1} << 30);  // its form: a clear error for "12parsecs"
-    REMAT_CHECK(std::find(texts.begin(), texts.begin() + static_cast<std::ptrdiff_t>(i), texts[i]) ==
-                    texts.begin() + static_cast<std::ptrdiff_t>(i),
-                "--budgets lists '", texts[i], "' twice.");
-  }
-  return texts;
 }
 
 // The strategies whose timeline to record, checked against what will run (policies that apply to
@@ -225,15 +198,26 @@ std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vec
   return series;
 }
 
-void run_bench(BenchFlags& flags) {
+// What bench and trace check before profiling or measuring anything: the model, the output
+// folder, the policies that apply and the budgets' form.
+struct CheckedFlags {
+  std::filesystem::path out;
+  std::vector<std::string> policies, budgets;
+};
+
+CheckedFlags check_flags(BenchFlags& flags) {
   flags.model.apply_preset();
-  auto& options = flags.model.options;
-  options.model.validate();
-  const auto out = prepare_out_dir(flags.out_dir);
-  const std::vector<std::string> policies = runnable_policies(flags, options.model.layers);
-  const std::vector<std::string> budgets = checked_budgets(flags.budgets);
+  flags.model.options.model.validate();
+  CheckedFlags checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers),
+                       budget_list(flags.budgets)};
+  REMAT_CHECK(!checked.policies.empty() || !checked.budgets.empty(), "nothing to run: give --policies or --budgets.");
+  return checked;
+}
+
+void run_bench(BenchFlags& flags) {
+  const auto [out, policies, budgets] = check_flags(flags);
+  const auto& options = flags.model.options;
   const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
-  REMAT_CHECK(!policies.empty() || !budgets.empty(), "nothing to measure: give --policies or --budgets.");
   const ModelCosts costs = costs_for(flags);
   const std::vector<Strategy> strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots);
   install_cpu_memory_tracker();
@@ -396,13 +380,8 @@ void run_bench(BenchFlags& flags) {
 }
 
 void run_trace(BenchFlags& flags) {
-  flags.model.apply_preset();
-  auto& options = flags.model.options;
-  options.model.validate();
-  const auto out = prepare_out_dir(flags.out_dir);
-  const std::vector<std::string> policies = runnable_policies(flags, options.model.layers);
-  const std::vector<std::string> budgets = checked_budgets(flags.budgets);
-  REMAT_CHECK(!policies.empty() || !budgets.empty(), "nothing to trace: give --policies or --budgets.");
+  const auto [out, policies, budgets] = check_flags(flags);
+  const auto& options = flags.model.options;
   std::optional<ModelCosts> costs;
   if (!budgets.empty()) costs = costs_for(flags);
   const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers, policies, budgets, flags.slots);

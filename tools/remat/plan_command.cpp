@@ -37,14 +37,6 @@ struct PlanFlags {
   int measure_steps = 3;
 };
 
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, separator)) parts.push_back(part);
-  return parts;
-}
-
 std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + fixed(100.0 * fraction, 1) + "%"; }
 
 void run_policy_plan(PlanFlags& flags) {
@@ -69,6 +61,8 @@ void run_policy_plan(PlanFlags& flags) {
 void run_budget_plan(PlanFlags& flags) {
   const auto& options = flags.model.options;
   options.model.validate();
+  const std::vector<std::string> budgets = budget_list(flags.budgets);
+  REMAT_CHECK(!budgets.empty(), "--budget: give at least one budget, as in --budget 50% or --budget 200MiB.");
   std::ostream& out = flags.json ? std::cerr : std::cout;
   ModelCosts costs;
   if (!flags.profile_file.empty()) {
@@ -92,7 +86,7 @@ void run_budget_plan(PlanFlags& flags) {
     double solve_seconds;
   };
   std::vector<BudgetResult> results;
-  for (const auto& text : split(flags.budgets, ',')) {
+  for (const auto& text : budgets) {
     BudgetResult r{text, 0, {}, {}, -1, 0};
     const auto start = std::chrono::steady_clock::now();
     r.optimal = feasible_optimal_plan(costs, text, flags.slots, &r.bytes, &r.least);

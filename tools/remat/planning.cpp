@@ -1,5 +1,6 @@
 #include "planning.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -37,6 +38,16 @@ SampleModel make_sample_model(const train::TrainOptions& options) {
   sample.model = models::Gpt(options.model);
   sample.model->train();
   return sample;
+}
+
+SeededStep seeded_step(SampleModel& sample, Chain& chain, const Plan& plan, uint64_t seed) {
+  sample.model->zero_grad(/*set_to_none=*/false);
+  torch::manual_seed(seed);
+  at::Tensor loss;
+  SeededStep step;
+  step.measurement = measure_step([&] { return loss = run_plan(chain, plan, sample.tokens); });
+  step.loss = loss.item<double>();
+  return step;
 }
 
 ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
@@ -101,6 +112,19 @@ PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t s
   best.plan = r.plan;
   best.prediction = r.prediction;
   return best;
+}
+
+std::vector<std::string> budget_list(const std::string& text) {
+  std::vector<std::string> budgets;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    if (part.empty()) continue;
+    parse_budget(part, int64_t{1} << 30);  // its form: a clear error for "12parsecs"
+    REMAT_CHECK(std::find(budgets.begin(), budgets.end(), part) == budgets.end(), "the budgets list '", part, "' twice.");
+    budgets.push_back(part);
+  }
+  return budgets;
 }
 
 PlanChoice feasible_optimal_plan(const ModelCosts& costs, const std::string& budget_text, int64_t slots,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "remat/cost_model.h"
+#include "remat/memory.h"
 #include "remat/planner.h"
 #include "remat/models/gpt.h"
 #include "remat/train/trainer.h"
@@ -30,6 +31,15 @@ struct SampleModel {
 };
 SampleModel make_sample_model(const train::TrainOptions& options);
 
+/// One measured training step of `plan` on the sample's batch: gradients zeroed in place (kept
+/// allocated, as between training steps), the CPU generator seeded with `seed` so dropout masks
+/// repeat, then forward and backward.
+struct SeededStep {
+  StepMeasurement measurement;
+  double loss = 0;
+};
+SeededStep seeded_step(SampleModel& sample, Chain& chain, const Plan& plan, uint64_t seed);
+
 /// Profiles the GPT of `options` (half-block chain) on a batch of its corpus.
 ModelCosts profile_model(const train::TrainOptions& options, int repeats);
 void save_profile(const ModelCosts& costs, const std::string& path);
@@ -52,6 +62,10 @@ PlanChoice optimal_plan(const ModelCosts& costs, int64_t budget_bytes, int64_t s
 /// the least feasible budget when nothing fits.
 PlanChoice feasible_optimal_plan(const ModelCosts& costs, const std::string& budget_text, int64_t slots,
                                  int64_t* budget_bytes = nullptr, int64_t* min_feasible_bytes = nullptr);
+
+/// Comma-separated budgets (parse_budget's forms), checked for form and repeats before anything
+/// is profiled; empty entries are skipped.
+std::vector<std::string> budget_list(const std::string& text);
 
 /// Every manual policy (with and without skip-ends) and the Revolve and Chen planners at `budget`.
 std::vector<PlanChoice> other_plans(const ModelCosts& costs, int64_t layers, int64_t budget_bytes, int64_t slots);

@@ -69,18 +69,13 @@ class StepServer {
     nlohmann::json reply = {{"policy", policy}, {"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
                             {"activation_peak_bytes", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
     for (int s = 0; s < steps; ++s) {
-      for (auto& parameter : sample_.model->parameters()) {
-        if (parameter.grad().defined()) parameter.mutable_grad().zero_();
-      }
-      torch::manual_seed(seed);
       std::unique_ptr<MemoryTimeline> timeline;
       if (!trace.empty() && s + 1 == steps) timeline = std::make_unique<MemoryTimeline>(c10::kCPU);
-      at::Tensor loss;
-      const StepMeasurement m = measure_step([&] { return loss = run_plan(chain, plan, sample_.tokens); });
+      const SeededStep step = seeded_step(sample_, chain, plan, seed);
       if (timeline) write_memory_events_csv(timeline->stop(), trace);
-      reply["seconds"].push_back(m.step_seconds);
-      reply["activation_peak_bytes"].push_back(m.activation_peak_bytes());
-      reply["loss"].push_back(loss.item<double>());
+      reply["seconds"].push_back(step.measurement.step_seconds);
+      reply["activation_peak_bytes"].push_back(step.measurement.activation_peak_bytes());
+      reply["loss"].push_back(step.loss);
     }
     return reply;
   }

@@ -195,9 +195,7 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
     for (size_t p = 0; p < plans.size(); ++p) {
       if (progress) progress(round + 1, steps + 1, p);
       models::GptChain& chain = plans[p].granularity == "half" ? half_chain : block_chain;
-      for (auto& parameter : model->parameters()) {
-        if (parameter.grad().defined()) parameter.mutable_grad().zero_();
-      }
+      model->zero_grad(/*set_to_none=*/false);
       const auto m = measure_step([&] { return run_plan(chain, plans[p], tokens); });
       if (round < 0) continue;
       seconds[p].push_back(m.step_seconds);
