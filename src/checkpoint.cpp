@@ -12,10 +12,27 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include "detail/forward_state.h"
+#include "detail/recompute_state.h"
 #include "remat/error.h"
 #include "remat/memory_timeline.h"
 
 namespace remat {
+namespace detail {
+
+namespace {
+thread_local bool recomputing_graph_only_flag = false;
+}  // namespace
+
+bool recomputing_graph_only() { return recomputing_graph_only_flag; }
+
+RecomputingGraphOnlyScope::RecomputingGraphOnlyScope(bool value) : previous_(recomputing_graph_only_flag) {
+  recomputing_graph_only_flag = value;
+}
+
+RecomputingGraphOnlyScope::~RecomputingGraphOnlyScope() { recomputing_graph_only_flag = previous_; }
+
+}  // namespace detail
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -203,6 +220,9 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       detail::AutocastScope autocast(state->autocast);
       c10::AutoGradMode grad_enabled(true);
       StepPhaseScope phase(StepPhase::recompute);
+      // Without create_graph the outputs only root the engine's run (released before it):
+      // the function may skip computing values no backward reads.
+      detail::RecomputingGraphOnlyScope graph_only(!create_graph);
       outputs = state->fn(recompute_inputs);
     }
 
@@ -267,6 +287,8 @@ std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vect
   REMAT_CHECK(!inputs.empty(), describe_input_use(options.name()),
               "inputs is empty; pass the tensors the function computes from (its activations), so "
               "they can be kept for the recompute.");
+  // This call's outputs are real values, whatever encloses it (a recompute, for a nested checkpoint).
+  detail::RecomputingGraphOnlyScope values_needed(false);
   if (!c10::GradMode::is_enabled()) {
     auto outputs = fn(inputs);
     check_outputs(outputs, options.name());

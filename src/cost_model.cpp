@@ -45,7 +45,10 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
   const int64_t grad_t = stages[t].output_bytes;
   if (item.is_stage()) {
     const StageCost& c = stages[s];
-    const StageOptionCost& o = c.option(plan.options[s]);
+    // The last stage of a segment's items is recomputed graph-only (run_plan does so).
+    const bool segment_end = in_segment && first + 1 == items.size();
+    const StageOptionCost& option = c.option(plan.options[s]);
+    const StageRunCost& o = segment_end ? option.at_segment_end() : option;
     const int64_t captured = in_segment ? parameter_bytes_between(costs, s + 1, t) : 0;
     result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
                            c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured);
@@ -81,6 +84,26 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
   return result;
 }
 
+nlohmann::json run_cost_json(const StageRunCost& c) {
+  return {{"forward_seconds", c.forward_seconds}, {"backward_seconds", c.backward_seconds}, {"kept_bytes", c.kept_bytes},
+          {"forward_extra_bytes", c.forward_extra_bytes}, {"backward_extra_bytes", c.backward_extra_bytes}};
+}
+
+StageRunCost run_cost_from_json(const nlohmann::json& j) {
+  StageRunCost c;
+  c.forward_seconds = j.at("forward_seconds").get<double>();
+  c.backward_seconds = j.at("backward_seconds").get<double>();
+  c.kept_bytes = j.at("kept_bytes").get<int64_t>();
+  c.forward_extra_bytes = j.at("forward_extra_bytes").get<int64_t>();
+  c.backward_extra_bytes = j.at("backward_extra_bytes").get<int64_t>();
+  return c;
+}
+
+bool non_negative(const StageRunCost& c) {
+  return c.forward_seconds >= 0 && c.backward_seconds >= 0 && c.kept_bytes >= 0 && c.forward_extra_bytes >= 0 &&
+         c.backward_extra_bytes >= 0;
+}
+
 }  // namespace
 
 Prediction simulate(const Plan& plan, const CostTable& costs) {
@@ -100,10 +123,10 @@ std::string CostTable::to_json() const {
   for (const auto& s : stages) {
     nlohmann::json options_json = nlohmann::json::array();
     for (const auto& o : s.options) {
-      options_json.push_back({{"option", o.option}, {"forward_seconds", o.forward_seconds},
-                              {"backward_seconds", o.backward_seconds}, {"kept_bytes", o.kept_bytes},
-                              {"forward_extra_bytes", o.forward_extra_bytes},
-                              {"backward_extra_bytes", o.backward_extra_bytes}});
+      nlohmann::json option_json = run_cost_json(o);
+      option_json["option"] = o.option;
+      if (o.graph_only) option_json["graph_only"] = run_cost_json(*o.graph_only);
+      options_json.push_back(option_json);
     }
     stages_json.push_back({{"name", s.name}, {"output_bytes", s.output_bytes}, {"input_grad_bytes", s.input_grad_bytes},
                            {"parameter_bytes", s.parameter_bytes},
@@ -140,11 +163,8 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
       for (const auto& o : s.at("options")) {
         StageOptionCost oc;
         oc.option = o.at("option").get<std::string>();
-        oc.forward_seconds = o.at("forward_seconds").get<double>();
-        oc.backward_seconds = o.at("backward_seconds").get<double>();
-        oc.kept_bytes = o.at("kept_bytes").get<int64_t>();
-        oc.forward_extra_bytes = o.at("forward_extra_bytes").get<int64_t>();
-        oc.backward_extra_bytes = o.at("backward_extra_bytes").get<int64_t>();
+        static_cast<StageRunCost&>(oc) = run_cost_from_json(o);
+        if (o.contains("graph_only")) oc.graph_only = run_cost_from_json(o.at("graph_only"));
         c.options.push_back(oc);
       }
       REMAT_CHECK(!c.options.empty(), source_name, ": stage '", c.name, "' has no options.");
@@ -158,10 +178,7 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   for (const auto& s : table.stages) {
     bool ok = s.output_bytes >= 0 && s.input_grad_bytes >= 0 && s.nograd_seconds >= 0 && s.nograd_extra_bytes >= 0 &&
               s.parameter_bytes >= 0;
-    for (const auto& o : s.options) {
-      ok = ok && o.forward_seconds >= 0 && o.backward_seconds >= 0 && o.kept_bytes >= 0 && o.forward_extra_bytes >= 0 &&
-           o.backward_extra_bytes >= 0;
-    }
+    for (const auto& o : s.options) ok = ok && non_negative(o) && (!o.graph_only || non_negative(*o.graph_only));
     REMAT_CHECK(ok, source_name, ": stage '", s.name, "' has a negative size or time.");
   }
   return table;

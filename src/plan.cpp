@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail/recompute_state.h"
 #include "remat/checkpoint.h"
 #include "remat/error.h"
 
@@ -97,18 +98,30 @@ void collect_depths(const std::vector<PlanItem>& items, int64_t depth, std::vect
   }
 }
 
+// `graph_only`: the items are a segment recomputed for its backward, whose result only roots the
+// graph; its last stage (if the last item is a stage) then runs graph-only, stopping early.
 at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, const std::vector<PlanItem>& items,
-                     at::Tensor x) {
-  for (const auto& item : items) {
+                     at::Tensor x, bool graph_only) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const PlanItem& item = items[i];
     if (item.is_stage()) {
-      x = chain.forward_stage(item.stage, x, plan->options[item.stage]);
+      const std::string& option = plan->options[item.stage];
+      x = graph_only && i + 1 == items.size() ? chain.forward_stage_graph_only(item.stage, x, option)
+                                               : chain.forward_stage(item.stage, x, option);
       continue;
     }
     const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
     const auto [first, last] = stage_range(*segment);
     const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
-    x = checkpoint([&chain, plan, segment](const at::Tensor& in) { return run_items(chain, plan, *segment, in); }, x,
-                   CheckpointOptions().name(name));
+    x = checkpoint(
+        [&chain, plan, segment](const at::Tensor& in) {
+          // This lambda is the checkpoint's function: what it returns is exactly what the
+          // checkpoint's backward discards, so the flag applies to its last stage and no deeper.
+          const bool recomputing = detail::recomputing_graph_only();
+          detail::RecomputingGraphOnlyScope inner(false);
+          return run_items(chain, plan, *segment, in, recomputing);
+        },
+        x, CheckpointOptions().name(name));
   }
   return x;
 }
@@ -220,7 +233,7 @@ at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
               plan.stage_names.size(), " stages but the chain has ", chain.size(), "; validate the plan first.");
   // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
   auto shared = std::make_shared<const Plan>(plan);
-  return run_items(chain, shared, shared->items, input);
+  return run_items(chain, shared, shared->items, input, /*graph_only=*/false);
 }
 
 }  // namespace remat

@@ -22,6 +22,7 @@ struct UnitStage {
     double seconds;
   };
   std::vector<Option> options;
+  std::vector<Option> end_options;  ///< the same options where the stage ends a recomputed segment
 };
 
 std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
@@ -33,9 +34,13 @@ std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
     u.nograd_extra = round_up(s.nograd_extra_bytes, unit);
     u.parameters = round_up(s.parameter_bytes, unit);
     u.nograd_seconds = s.nograd_seconds;
+    auto units = [unit](const StageRunCost& c) {
+      return UnitStage::Option{round_up(c.kept_bytes, unit), round_up(c.forward_extra_bytes, unit),
+                               round_up(c.backward_extra_bytes, unit), c.forward_seconds + c.backward_seconds};
+    };
     for (const auto& o : s.options) {
-      u.options.push_back({round_up(o.kept_bytes, unit), round_up(o.forward_extra_bytes, unit),
-                           round_up(o.backward_extra_bytes, unit), o.forward_seconds + o.backward_seconds});
+      u.options.push_back(units(o));
+      u.end_options.push_back(units(o.at_segment_end()));
     }
     out.push_back(u);
   }
@@ -104,9 +109,11 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
       const int64_t grad_t = stages[t].x;
       double* row = &table_[index(s, t, 0)];
       int32_t* chosen = &choice_[index(s, t, 0)];
-      // Record stage s with each of its options.
+      // Record stage s with each of its options. A range that ends before the last stage is the
+      // inside of a segment, whose last stage (s == t) its recompute runs graph-only.
+      const bool segment_end = s == t && t < n_ - 1;
       for (size_t o = 0; o < first.options.size(); ++o) {
-        const auto& opt = first.options[o];
+        const auto& opt = segment_end ? first.end_options[o] : first.options[o];
         const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
                                         first.x + opt.kept + first.input_grad + opt.backward_extra +
                                             captured_units(s + 1, t));

@@ -1,6 +1,7 @@
 #include "remat/profiler.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 
 #include <ATen/Parallel.h>
@@ -81,40 +82,47 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     // drift (two shared cores) moves them alike rather than favouring whichever ran last.
     std::vector<double> nograd_times;
     int64_t nograd_extra = 0;
-    std::vector<std::vector<double>> forward_times(info.options.size()), backward_times(info.options.size());
+    // Per option, the plain run [0] and the graph-only run [1] (as the last stage of a recompute).
+    std::vector<std::array<StageRunCost, 2>> runs(info.options.size());
+    std::vector<std::array<std::vector<double>, 2>> forward_times(info.options.size()), backward_times(info.options.size());
     cost.options.resize(info.options.size());
     for (size_t o = 0; o < info.options.size(); ++o) cost.options[o].option = info.options[o];
     for (int r = -options.warmup(); r < options.repeats(); ++r) {
       for (size_t o = 0; o < info.options.size(); ++o) {
-        StageOptionCost& oc = cost.options[o];
-        at::Tensor x = stage_input(activations[i], i == 0);
-        // Recording forward.
-        detail::synchronize_if_cuda(device);
-        const int64_t before = memory_stats(device).current_bytes;
-        reset_peak_memory(device);
-        auto start = Clock::now();
-        at::Tensor y = chain.forward_stage(i, x, oc.option);
-        const double forward_seconds = seconds_since(start, device);
-        const auto after_forward = memory_stats(device);
-        REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require grad.");
-        // Backward, with the output's gradient allocated beforehand (it is δ(i), held).
-        at::Tensor grad = at::ones_like(y);
-        const int64_t before_backward = memory_stats(device).current_bytes;
-        reset_peak_memory(device);
-        start = Clock::now();
-        torch::autograd::backward({y}, {grad});
-        const double backward_seconds = seconds_since(start, device);
-        const auto after_backward = memory_stats(device);
-        const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
-        if (r < 0) continue;
-        forward_times[o].push_back(forward_seconds);
-        backward_times[o].push_back(backward_seconds);
-        oc.kept_bytes = std::max(oc.kept_bytes, after_forward.current_bytes - before);
-        oc.forward_extra_bytes = std::max(oc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
-        oc.backward_extra_bytes =
-            std::max(oc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad);
-        cost.output_bytes = storage_bytes(y);
-        cost.input_grad_bytes = input_grad;
+        for (int graph_only = 0; graph_only < 2; ++graph_only) {
+          StageRunCost& rc = runs[o][graph_only];
+          at::Tensor x = stage_input(activations[i], i == 0);
+          // Recording forward.
+          detail::synchronize_if_cuda(device);
+          const int64_t before = memory_stats(device).current_bytes;
+          reset_peak_memory(device);
+          auto start = Clock::now();
+          at::Tensor y = graph_only ? chain.forward_stage_graph_only(i, x, info.options[o])
+                                    : chain.forward_stage(i, x, info.options[o]);
+          const double forward_seconds = seconds_since(start, device);
+          const auto after_forward = memory_stats(device);
+          REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require grad.");
+          // Backward, with the output's gradient allocated beforehand (it is δ(i), held).
+          at::Tensor grad = at::ones(y.sizes(), y.options());
+          const int64_t before_backward = memory_stats(device).current_bytes;
+          reset_peak_memory(device);
+          start = Clock::now();
+          torch::autograd::backward({y}, {grad});
+          const double backward_seconds = seconds_since(start, device);
+          const auto after_backward = memory_stats(device);
+          const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
+          if (r < 0) continue;
+          forward_times[o][graph_only].push_back(forward_seconds);
+          backward_times[o][graph_only].push_back(backward_seconds);
+          rc.kept_bytes = std::max(rc.kept_bytes, after_forward.current_bytes - before);
+          rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
+          rc.backward_extra_bytes =
+              std::max(rc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad);
+          if (!graph_only) {
+            cost.output_bytes = storage_bytes(y);
+            cost.input_grad_bytes = input_grad;
+          }
+        }
       }
       // Forward as a checkpointed segment runs it: recorded, saved tensors dropped.
       at::Tensor x = stage_input(activations[i], i == 0);
@@ -134,15 +142,18 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
       nograd_extra = std::max<int64_t>(nograd_extra, after.peak_bytes - before - storage_bytes(y));
     }
     for (size_t o = 0; o < info.options.size(); ++o) {
-      cost.options[o].forward_seconds = median(forward_times[o]);
-      cost.options[o].backward_seconds = median(backward_times[o]);
+      for (int graph_only = 0; graph_only < 2; ++graph_only) {
+        StageRunCost& rc = runs[o][graph_only];
+        rc.forward_seconds = median(forward_times[o][graph_only]);
+        rc.backward_seconds = median(backward_times[o][graph_only]);
+        rc.forward_extra_bytes = std::max<int64_t>(rc.forward_extra_bytes, 0);
+        rc.backward_extra_bytes = std::max<int64_t>(rc.backward_extra_bytes, 0);
+      }
+      static_cast<StageRunCost&>(cost.options[o]) = runs[o][0];
+      cost.options[o].graph_only = runs[o][1];
     }
     cost.nograd_seconds = median(nograd_times);
     cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
-    for (auto& oc : cost.options) {
-      oc.forward_extra_bytes = std::max<int64_t>(oc.forward_extra_bytes, 0);
-      oc.backward_extra_bytes = std::max<int64_t>(oc.backward_extra_bytes, 0);
-    }
     table.stages.push_back(std::move(cost));
   }
   return table;

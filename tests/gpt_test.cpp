@@ -100,3 +100,58 @@ TEST(Gpt, MatmulInputsOptionDropsTheLayerNormAndGeluOutputsExactly) {
   // Per block: LN1 and LN2 outputs (B·T·C each) and the GELU output (B·T·4C).
   EXPECT_EQ(full - matmul_inputs, c.layers * 6 * btc_bytes);
 }
+
+TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
+  // forward_stage_graph_only skips the final projection's matmul (and the dropout product and
+  // residual sum after it): same gradients to the bit, as the dropout mask is drawn by the same
+  // generator calls, and an output that holds no data.
+  torch::manual_seed(0);
+  Gpt model(config());
+  model->train();
+  for (const std::string granularity : {"block", "half"}) {
+    GptChain chain(model, granularity);
+    for (int64_t index = 1; index + 1 < chain.size(); ++index) {
+      for (const std::string& option : chain.stages()[index].options) {
+        SCOPED_TRACE(chain.stages()[index].name + ":" + option);
+        const at::Tensor input = torch::randn({2, 16, config().hidden});
+        const at::Tensor grad = torch::randn({2, 16, config().hidden});
+        auto run = [&](bool graph_only) {
+          model->zero_grad(/*set_to_none=*/true);
+          const at::Tensor x = input.clone().requires_grad_(true);
+          torch::manual_seed(7);
+          at::Tensor y = graph_only ? chain.forward_stage_graph_only(index, x, option) : chain.forward_stage(index, x, option);
+          const int64_t output_bytes = static_cast<int64_t>(y.storage().nbytes());
+          y.backward(grad);
+          auto grads = remat::testing::parameter_grads(*model);
+          grads.emplace_back("input", x.grad().clone());
+          return std::make_pair(grads, output_bytes);
+        };
+        const auto [plain, plain_bytes] = run(false);
+        const auto [graph_only, graph_only_bytes] = run(true);
+        ASSERT_EQ(plain.size(), graph_only.size());
+        for (size_t i = 0; i < plain.size(); ++i) {
+          EXPECT_TRUE(remat::testing::bitwise_equal(plain[i].second, graph_only[i].second)) << plain[i].first;
+        }
+        EXPECT_EQ(plain_bytes, 2 * 16 * config().hidden * 4);
+        const bool skips = !(option == "matmul-inputs" && chain.stages()[index].role != remat::StageRole::attention);
+        EXPECT_EQ(graph_only_bytes, skips ? 4 : plain_bytes) << "the output's storage";
+      }
+    }
+  }
+}
+
+TEST(Gpt, GraphOnlyComputesTheValueForStridedInputsAndDrawsNoMaskInEvaluation) {
+  torch::manual_seed(0);
+  const at::Tensor x = torch::randn({2, 4, 8}), h = torch::randn({2, 4, 32});
+  const at::Tensor w = torch::randn({8, 32}), b = torch::randn({8});
+  // Not a (B,T,K) contiguous input: the expression is computed, value included.
+  const at::Tensor strided = torch::randn({2, 32, 4}).transpose(1, 2);
+  EXPECT_TRUE(remat::testing::bitwise_equal(remat::models::residual_linear_dropout_graph_only(x, strided, w, b, 0.1, false),
+                                            x + at::linear(strided, w, b)));
+  // Evaluation mode: no mask, and still no value.
+  at::Tensor hg = h.clone().requires_grad_(true);
+  at::Tensor y = remat::models::residual_linear_dropout_graph_only(x, hg, w, b, 0.1, /*training=*/false);
+  EXPECT_EQ(y.sizes(), x.sizes());
+  y.backward(torch::ones_like(x));
+  EXPECT_TRUE(hg.grad().allclose(torch::ones({2, 4, 8}).matmul(w)));
+}

@@ -112,3 +112,80 @@ TEST(Plan, APlanForAnotherChainIsRefused) {
   GptChain two(Gpt(tiny(2)), "block");
   REMAT_EXPECT_ERROR(bad_option.validate_against(two), "stage 'head' has no option 'selective'; it offers: full");
 }
+
+namespace {
+
+// Stage i: x·w_i then tanh; logs which entry point ran it, and in which phase.
+class RecordingChain : public remat::Chain {
+ public:
+  explicit RecordingChain(int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+      stages_.push_back({"s" + std::to_string(i), remat::StageRole::block, i, {"full"}});
+      weights.push_back(torch::randn({4}, torch::requires_grad()));
+    }
+  }
+  const std::vector<remat::StageInfo>& stages() const override { return stages_; }
+  std::string granularity() const override { return "block"; }
+  at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string&) override {
+    log.push_back(stages_[index].name);
+    return (input * weights[index]).tanh();
+  }
+  at::Tensor forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string&) override {
+    log.push_back(stages_[index].name + "*");
+    return (input * weights[index]).tanh();
+  }
+  std::vector<at::Tensor> weights;
+  std::vector<std::string> log;
+
+ private:
+  std::vector<remat::StageInfo> stages_;
+};
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : " ") + n;
+  return out;
+}
+
+}  // namespace
+
+TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
+  torch::manual_seed(0);
+  RecordingChain chain(7);
+  Plan plan = Plan::plain(chain);
+  using remat::PlanItem;
+  // s0 [s1 s2] [s3 [s4 s5]] s6: the outer segment ends in a nested segment, whose value the
+  // outer recompute needs... not at all, but only stages are run graph-only; s2 and s5 are.
+  plan.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}),
+                PlanItem::checkpointed({PlanItem::run(3), PlanItem::checkpointed({PlanItem::run(4), PlanItem::run(5)})}),
+                PlanItem::run(6)};
+  plan.validate_against(chain);
+  const at::Tensor x = torch::randn({4}, torch::requires_grad());
+
+  at::Tensor loss = remat::run_plan(chain, plan, x).sum();
+  EXPECT_EQ(joined(chain.log), "s0 s1 s2 s3 s4 s5 s6") << "no graph-only stage in the forward";
+  chain.log.clear();
+  loss.backward();
+  // Backward: [s3 [s4 s5]] is recomputed first (its inner segment's forward computes values),
+  // then [s4 s5] in that graph's backward, then [s1 s2].
+  EXPECT_EQ(joined(chain.log), "s3 s4 s5 s4 s5* s1 s2*");
+  std::vector<at::Tensor> checkpointed_grads = {x.grad().clone()};
+  for (auto& w : chain.weights) checkpointed_grads.push_back(w.grad().clone());
+
+  // The same gradients as the plain plan's.
+  x.mutable_grad().reset();
+  for (auto& w : chain.weights) w.mutable_grad().reset();
+  remat::run_plan(chain, Plan::plain(chain), x).sum().backward();
+  EXPECT_TRUE(remat::testing::bitwise_equal(checkpointed_grads[0], x.grad()));
+  for (size_t i = 0; i < chain.weights.size(); ++i) {
+    EXPECT_TRUE(remat::testing::bitwise_equal(checkpointed_grads[i + 1], chain.weights[i].grad())) << "w" << i;
+  }
+
+  // With create_graph the recomputed values may be read by the gradients' graph: none graph-only.
+  chain.log.clear();
+  at::Tensor again = remat::run_plan(chain, plan, x).sum();
+  chain.log.clear();
+  const auto grads = torch::autograd::grad({again}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+  EXPECT_EQ(joined(chain.log).find('*'), std::string::npos) << joined(chain.log);
+  EXPECT_TRUE(grads[0].requires_grad());
+}

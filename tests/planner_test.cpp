@@ -42,6 +42,14 @@ CostTable random_chain(std::mt19937& rng, int n, int max_options) {
       c.kept_bytes = s.output_bytes + uniform(0, 6);
       c.forward_extra_bytes = uniform(0, 3);
       c.backward_extra_bytes = uniform(0, 4);
+      if (uniform(0, 1) == 1) {  // graph-only as a segment's last stage: cheaper, output not kept
+        remat::StageRunCost g = c;
+        g.forward_seconds = uniform(0, static_cast<int>(c.forward_seconds));
+        g.kept_bytes = c.kept_bytes - s.output_bytes + uniform(0, 1);
+        g.forward_extra_bytes = uniform(0, 3);
+        g.backward_extra_bytes = uniform(0, 4);
+        c.graph_only = g;
+      }
       s.options.push_back(c);
     }
     t.stages.push_back(s);
@@ -206,4 +214,27 @@ TEST(Planner, ParsesBudgets) {
       EXPECT_NE(std::string(e.what_without_backtrace()).find("budget"), std::string::npos);
     }
   }
+}
+
+TEST(Simulator, ChargesOnlyASegmentsLastStageItsGraphOnlyCosts) {
+  std::mt19937 rng(7);
+  CostTable costs = random_chain(rng, 5, 1);
+  for (auto& s : costs.stages) s.options[0].graph_only.reset();
+  Plan plan = template_for(costs);
+  // s0 [s1 [s2] s3] s4: s2 ends the inner segment, s3 the outer one; s4 ends no segment.
+  plan.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::checkpointed({PlanItem::run(2)}),
+                                                          PlanItem::run(3)}),
+                PlanItem::run(4)};
+  const remat::Prediction plain = remat::simulate(plan, costs);
+  auto faster = [&](int stage, double saved) {
+    CostTable c = costs;
+    remat::StageRunCost g = c.stages[stage].options[0];
+    g.forward_seconds -= saved;
+    c.stages[stage].options[0].graph_only = g;
+    return remat::simulate(plan, c).step_seconds;
+  };
+  EXPECT_DOUBLE_EQ(faster(2, 0.5), plain.step_seconds - 0.5);
+  EXPECT_DOUBLE_EQ(faster(3, 0.25), plain.step_seconds - 0.25);
+  EXPECT_DOUBLE_EQ(faster(1, 0.5), plain.step_seconds) << "s1 is recomputed, but not last";
+  EXPECT_DOUBLE_EQ(faster(4, 0.5), plain.step_seconds) << "s4 is never recomputed";
 }

@@ -58,6 +58,16 @@ TEST(Profiler, MeasuresSizesThatMatchTheModel) {
   EXPECT_EQ(mlp.option("full").kept_bytes - mlp.option("matmul-inputs").kept_bytes, 5 * boundary)
       << "matmul-inputs drops LayerNorm 2's and GELU's outputs";
   for (const auto& s : p.costs.stages) EXPECT_GE(s.options.front().kept_bytes, s.output_bytes) << s.name;
+  // Graph-only, as a segment's last stage: the output is a broadcast 4-byte zero, not B·T·C floats.
+  for (const auto* stage : {&attn, &mlp}) {
+    for (const auto& o : stage->options) {
+      SCOPED_TRACE(stage->name + ":" + o.option);
+      ASSERT_TRUE(o.graph_only.has_value());
+      const bool skips = !(stage == &mlp && o.option == "matmul-inputs");
+      EXPECT_EQ(o.kept_bytes - o.graph_only->kept_bytes, skips ? boundary - 4 : 0);
+    }
+  }
+  EXPECT_EQ(p.costs.stages[0].options[0].graph_only->kept_bytes, p.costs.stages[0].options[0].kept_bytes);
   const CostTable again = CostTable::from_json(p.costs.to_json());
   EXPECT_EQ(again.to_json(), p.costs.to_json());
   EXPECT_NE(p.costs.to_table().find("attn0"), std::string::npos);

@@ -33,6 +33,15 @@ class Chain {
   virtual std::string granularity() const = 0;
   /// Runs stage `index` on `input` with `option` (one of the stage's options).
   virtual at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) = 0;
+  /// Runs stage `index` as the last stage of a segment that a checkpoint's backward recomputes:
+  /// the returned tensor is never read, only its autograd graph (with what that graph saves). A
+  /// stage ending in operations whose backward needs only their inputs (a linear layer, dropout,
+  /// a residual add) may skip computing them and return a tensor of the right shape whose graph
+  /// gives the same gradients: an early stop, as PyTorch's non-reentrant checkpoint makes. The
+  /// default runs forward_stage.
+  virtual at::Tensor forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) {
+    return forward_stage(index, input, option);
+  }
   /// The parameters stage `index` uses (their gradients are held together at the end of a
   /// checkpointed segment's backward). Empty when unknown.
   virtual std::vector<at::Tensor> stage_parameters(int64_t /*index*/) const { return {}; }

@@ -10,22 +10,40 @@
 //   nograd_extra_bytes    og: transient peak of a no-grad forward above x(i-1) + x
 //   backward_extra_bytes  ob: transient peak of backward above a(i-1) + δ(i-1) + abar(i) + δ(i)
 //   parameter_bytes       p: gradients of its parameters, held inside a segment until its backward ends
+// A stage that ends a recomputed segment runs graph-only (Chain::forward_stage_graph_only): per
+// option, `graph_only` holds its forward time, kept bytes (its output not computed) and the rest
+// measured that way; where absent (older profiles), the plain values stand in, an overestimate.
 // The first stage's input (the batch) and the parameters and their gradients are held before the
 // forward: "activation" bytes exclude them. (Rotor's model, Beaumont et al. 2019; docs/planner.md.)
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "remat/plan.h"
 
 namespace remat {
 
-struct StageOptionCost {
-  std::string option;
+/// What one run of a stage with one option costs: a recording forward, then its backward.
+struct StageRunCost {
   double forward_seconds = 0, backward_seconds = 0;
   int64_t kept_bytes = 0, forward_extra_bytes = 0, backward_extra_bytes = 0;
+};
+
+struct StageOptionCost : StageRunCost {
+  std::string option;
+  /// The stage run graph-only, as the last stage of a recomputed segment; absent: as plain.
+  std::optional<StageRunCost> graph_only;
+
+  StageOptionCost() = default;
+  StageOptionCost(std::string name, double forward_s, double backward_s, int64_t kept, int64_t forward_extra,
+                  int64_t backward_extra)
+      : StageRunCost{forward_s, backward_s, kept, forward_extra, backward_extra}, option(std::move(name)) {}
+  /// The costs that apply where the stage ends a recomputed segment.
+  const StageRunCost& at_segment_end() const { return graph_only ? *graph_only : *this; }
 };
 
 struct StageCost {

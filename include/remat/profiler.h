@@ -4,8 +4,9 @@
 //   std::cout << costs.to_table();
 //
 // Each stage runs on its real input (the previous stages' output) with each of its options: a
-// recording forward, a backward, and a forward as a checkpointed segment runs it (graph recorded,
-// saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
+// recording forward and a backward, both again graph-only (as the last stage of a recomputed
+// segment runs: Chain::forward_stage_graph_only), and a forward as a checkpointed segment runs it
+// (graph recorded, saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
 // times are medians of `repeats` runs after `warmup` runs. Parameter gradients are allocated by
 // the warm-up, as they are in training after the first step.
 #pragma once

@@ -104,6 +104,16 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
       options.push_back({"matmul-inputs", seconds(he.forward_flops), seconds(he.backward_flops),
                          he.kept - 5 * T * h * e, he.forward_extra + 4 * T * h * e, he.backward_extra + 5 * T * h * e});
     }
+    // Graph-only, ending a recomputed segment: the final projection's matmul (proj, fc2) is
+    // skipped and the half's output never materialised (not with the MLP's fused matmul-inputs).
+    const double tail_flops = is_attention ? 2.0 * T * h * h : 2.0 * T * 4 * h * h;
+    for (auto& option : options) {
+      if (!is_attention && option.option == "matmul-inputs") continue;
+      StageRunCost graph_only = option;
+      graph_only.forward_seconds = seconds(std::max(0.0, (option.forward_seconds * o.flops_per_second) - tail_flops));
+      graph_only.kept_bytes = option.kept_bytes - T * h * e;
+      option.graph_only = graph_only;
+    }
     return options;
   };
 
@@ -133,6 +143,12 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
                                  std::max<int64_t>(0, std::max(ao.forward_extra_bytes - mo.kept_bytes,
                                                                 mo.forward_extra_bytes)),
                                  std::max(mo.backward_extra_bytes, ao.backward_extra_bytes)});
+        if (mo.graph_only) {  // the block ends with its MLP half
+          StageRunCost graph_only = block.options.back();
+          graph_only.forward_seconds = ao.forward_seconds + mo.graph_only->forward_seconds;
+          graph_only.kept_bytes = ao.kept_bytes + mo.graph_only->kept_bytes;
+          block.options.back().graph_only = graph_only;
+        }
       }
       table.stages.push_back(block);
     } else {

@@ -1,6 +1,8 @@
 #include "remat/models/fused_ops.h"
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/version.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 namespace remat::models {
@@ -58,7 +60,62 @@ struct GeluLinear : torch::autograd::Function<GeluLinear> {
   }
 };
 
+// The graph of x + dropout(h·Wᵀ + b): dropout's backward multiplies by the mask it drew (scaled
+// by 1/(1-p)), the linear's needs h and W, the sum passes the gradient to both sides.
+struct ResidualLinearGraphOnly : torch::autograd::Function<ResidualLinearGraphOnly> {
+  /// `scaled_mask` empty: no dropout. The mask is kept in saved_data rather than saved, so that
+  /// backward can free it as soon as it is applied, as autograd frees dropout's mask before the
+  /// linear's backward runs (otherwise it would add to the peak of the segment's backward).
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
+                               const at::Tensor& /*bias: its gradient needs only the output's*/,
+                               const c10::optional<at::Tensor>& scaled_mask) {
+    ctx->save_for_backward({h, weight});
+    ctx->saved_data["dropout"] = scaled_mask.has_value();
+    if (scaled_mask.has_value()) ctx->saved_data["scaled_mask"] = *scaled_mask;
+    return {at::zeros({}, x.options()).expand(x.sizes())};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const at::Tensor& grad = grad_outputs[0];
+    at::Tensor grad_linear = grad;
+    if (ctx->saved_data["dropout"].toBool()) {
+      auto mask = ctx->saved_data.find("scaled_mask");
+      TORCH_CHECK(mask != ctx->saved_data.end(),
+                  "remat: backward ran twice through a graph-only recompute (it frees its dropout mask)");
+      grad_linear = grad * mask->second.toTensor();  // as dropout's backward
+      ctx->saved_data.erase(mask);
+    }
+    const auto saved = ctx->get_saved_variables();
+    const LinearGrads linear = linear_backward(grad_linear, saved[0], saved[1]);
+    return {grad, linear.input, linear.weight, linear.bias, at::Tensor()};
+  }
+};
+
+bool autocast_enabled() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(c10::DeviceType::CPU) ||
+         at::autocast::is_autocast_enabled(c10::DeviceType::CUDA);
+#else
+  return at::autocast::is_cpu_enabled() || at::autocast::is_enabled();
+#endif
+}
+
 }  // namespace
+
+at::Tensor residual_linear_dropout_graph_only(const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
+                                              const at::Tensor& bias, double p, bool training) {
+  const bool exact = !autocast_enabled() && h.dim() == 3 &&
+                     h.is_contiguous() && x.dim() == 3 && x.size(0) == h.size(0) && x.size(1) == h.size(1) &&
+                     weight.dim() == 2 && weight.size(0) == x.size(2) && bias.defined() && x.scalar_type() == h.scalar_type();
+  if (!exact) return x + at::dropout(at::linear(h, weight, bias), p, training);
+  c10::optional<at::Tensor> scaled_mask;  // none: dropout is the identity
+  if (training && p > 0) {
+    // Dropout of ones is the scaled mask itself (1·m/(1-p)), drawn by the same generator calls as
+    // the dropout of the linear's output of this shape, dtype and device.
+    scaled_mask = at::dropout(at::ones(x.sizes(), h.options()), p, /*train=*/true);
+  }
+  return ResidualLinearGraphOnly::apply(x, h, weight, bias, scaled_mask)[0];
+}
 
 at::Tensor layer_norm_linear(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias, double eps,
                              const at::Tensor& weight, const at::Tensor& bias) {

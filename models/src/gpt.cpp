@@ -74,7 +74,7 @@ at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out) {
   return probs.matmul(v).transpose(1, 2).contiguous().view({B, T, C});                 // (B,T,C)
 }
 
-at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep) {
+at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep, bool graph_only) {
   at::Tensor qkv_out = keep == Keep::matmul_inputs  // (B,T,3C)
                            ? layer_norm_linear(x, ln1->weight, ln1->bias, ln1->options.eps(), qkv->weight, qkv->bias)
                            : qkv(ln1(x));
@@ -82,10 +82,14 @@ at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep) {
                             ? checkpoint([this](const at::Tensor& in) { return core_attention(in); }, qkv_out,
                                          CheckpointOptions().name("core attention"))
                             : core_attention(qkv_out);  // (B,T,C)
+  if (graph_only) return residual_linear_dropout_graph_only(x, attended, proj->weight, proj->bias, dropout_, is_training());
   return x + F::dropout(proj(attended), F::DropoutFuncOptions().p(dropout_).training(is_training()));
 }
 
-at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x, Keep keep) {
+at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x, Keep keep, bool graph_only) {
+  if (graph_only && keep != Keep::matmul_inputs) {
+    return residual_linear_dropout_graph_only(x, F::gelu(fc1(ln2(x))), fc2->weight, fc2->bias, dropout_, is_training());
+  }
   at::Tensor out;  // (B,T,C)
   if (keep == Keep::matmul_inputs) {
     at::Tensor u = layer_norm_linear(x, ln2->weight, ln2->bias, ln2->options.eps(), fc1->weight, fc1->bias);  // (B,T,4C)
@@ -228,6 +232,14 @@ std::vector<at::Tensor> GptChain::stage_parameters(int64_t index) const {
 }
 
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
+  return run_stage(index, input, option, /*graph_only=*/false);
+}
+
+at::Tensor GptChain::forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) {
+  return run_stage(index, input, option, /*graph_only=*/true);
+}
+
+at::Tensor GptChain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
   const StageInfo& stage = stages_.at(index);
   const Keep keep = parse_keep(option);
   switch (stage.role) {
@@ -238,12 +250,13 @@ at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const
       return model_->loss(input, targets_);
     case StageRole::block: {
       auto& block = model_->blocks[stage.block];
-      return block->mlp_half(block->attention_half(input, keep), keep == Keep::selective ? Keep::full : keep);
+      return block->mlp_half(block->attention_half(input, keep), keep == Keep::selective ? Keep::full : keep,
+                             graph_only);
     }
     case StageRole::attention:
-      return model_->blocks[stage.block]->attention_half(input, keep);
+      return model_->blocks[stage.block]->attention_half(input, keep, graph_only);
     case StageRole::feed_forward:
-      return model_->blocks[stage.block]->mlp_half(input, keep);
+      return model_->blocks[stage.block]->mlp_half(input, keep, graph_only);
   }
   return {};
 }

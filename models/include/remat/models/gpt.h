@@ -56,8 +56,12 @@ class GptBlockImpl : public torch::nn::Module {
  public:
   GptBlockImpl(const GptConfig& config);
 
-  at::Tensor attention_half(const at::Tensor& x, Keep keep = Keep::full);  // (B,T,C) -> (B,T,C)
-  at::Tensor mlp_half(const at::Tensor& x, Keep keep = Keep::full);        // (B,T,C) -> (B,T,C)
+  /// (B,T,C) -> (B,T,C). `graph_only`: the result only roots a recompute's backward
+  /// (Chain::forward_stage_graph_only), so the final projection's matmul is skipped.
+  at::Tensor attention_half(const at::Tensor& x, Keep keep = Keep::full, bool graph_only = false);
+  /// (B,T,C) -> (B,T,C). `graph_only` as above: fc2's matmul is skipped (not with matmul-inputs,
+  /// whose fused GELU→fc2 recomputes GELU from fc1's output in backward).
+  at::Tensor mlp_half(const at::Tensor& x, Keep keep = Keep::full, bool graph_only = false);
 
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
@@ -107,6 +111,8 @@ class GptChain : public Chain {
   const std::vector<StageInfo>& stages() const override { return stages_; }
   std::string granularity() const override { return granularity_; }
   at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override;
+  /// Attention, MLP and block stages skip their final projection's matmul (fused_ops.h).
+  at::Tensor forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) override;
   std::vector<at::Tensor> stage_parameters(int64_t index) const override;
 
   /// The next-token targets (B,T) the head stage's loss uses.
@@ -116,6 +122,8 @@ class GptChain : public Chain {
  private:
   Gpt model_;
   std::string granularity_;
+  at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only);
+
   std::vector<StageInfo> stages_;
   at::Tensor targets_;
 };
