@@ -67,8 +67,10 @@ def parse_args():
     p.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead benchmark")
     p.add_argument("--overhead-calls", type=int, default=2000, help="calls per round of the overhead benchmark")
     p.add_argument("--overhead-rounds", type=int, default=7)
-    p.add_argument("--settle", type=float, default=0.1,
-                   help="seconds to pause between steps so the other process's BLAS threads go idle")
+    # OpenBLAS threads spin 2^28 cycles (~0.1 s at 2.6 GHz) after their last call before sleeping:
+    # pausing longer keeps one process's spinning threads out of the other's measured step.
+    p.add_argument("--settle", type=float, default=0.25,
+                   help="seconds to pause between steps so the other process's BLAS threads go idle (default 0.25)")
     p.add_argument("--loss-tolerance", type=float, default=1e-5, help="largest relative loss difference allowed")
     p.add_argument("--build", default=os.path.join(ROOT, "build"), help="the build directory")
     p.add_argument("--json", metavar="FILE", help="write all figures as JSON")

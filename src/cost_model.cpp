@@ -199,7 +199,8 @@ std::string CostTable::to_table() const {
   os << "costs (" << source << "), sizes in MiB, times in ms\n";
   os << std::left << std::setw(10) << "stage" << std::setw(15) << "option" << std::right << std::setw(9) << "output"
      << std::setw(9) << "kept" << std::setw(9) << "fwd+" << std::setw(9) << "bwd+" << std::setw(9) << "nograd+"
-     << std::setw(9) << "fwd ms" << std::setw(9) << "bwd ms" << std::setw(10) << "nograd ms" << "\n";
+     << std::setw(9) << "fwd ms" << std::setw(9) << "bwd ms" << std::setw(10) << "nograd ms" << std::setw(9)
+     << "end fwd" << std::setw(9) << "end kept" << "\n";
   int64_t total_kept = 0;
   for (const auto& s : stages) {
     for (size_t i = 0; i < s.options.size(); ++i) {
@@ -208,11 +209,13 @@ std::string CostTable::to_table() const {
          << std::setw(9) << (i == 0 ? mib(s.output_bytes) : "") << std::setw(9) << mib(o.kept_bytes) << std::setw(9)
          << mib(o.forward_extra_bytes) << std::setw(9) << mib(o.backward_extra_bytes) << std::setw(9)
          << (i == 0 ? mib(s.nograd_extra_bytes) : "") << std::setw(9) << ms(o.forward_seconds) << std::setw(9)
-         << ms(o.backward_seconds) << std::setw(10) << (i == 0 ? ms(s.nograd_seconds) : "") << "\n";
+         << ms(o.backward_seconds) << std::setw(10) << (i == 0 ? ms(s.nograd_seconds) : "") << std::setw(9)
+         << ms(o.at_segment_end().forward_seconds) << std::setw(9) << mib(o.at_segment_end().kept_bytes) << "\n";
     }
     total_kept += s.options.front().kept_bytes;
   }
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
+  os << "end fwd, end kept: as the last stage of a recomputed segment (graph-only: no output computed)\n";
   return os.str();
 }
 
