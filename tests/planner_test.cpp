@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "remat/planner.h"
+#include "support/compare.h"
 
 using remat::CostTable;
 using remat::Plan;
@@ -237,4 +238,31 @@ TEST(Simulator, ChargesOnlyASegmentsLastStageItsGraphOnlyCosts) {
   EXPECT_DOUBLE_EQ(faster(3, 0.25), plain.step_seconds - 0.25);
   EXPECT_DOUBLE_EQ(faster(1, 0.5), plain.step_seconds) << "s1 is recomputed, but not last";
   EXPECT_DOUBLE_EQ(faster(4, 0.5), plain.step_seconds) << "s4 is never recomputed";
+}
+
+TEST(CostTable, GraphOnlyCostsRoundTripAndOlderProfilesFallBackToThePlainOnes) {
+  std::mt19937 rng(11);
+  CostTable costs = random_chain(rng, 4, 2);
+  costs.stages[1].options[0].graph_only = remat::StageRunCost{0.5, 2.0, 333, 1, 2};
+  const CostTable again = CostTable::from_json(costs.to_json());
+  EXPECT_EQ(again.to_json(), costs.to_json());
+  ASSERT_TRUE(again.stages[1].options[0].graph_only.has_value());
+  EXPECT_EQ(again.stages[1].options[0].at_segment_end().kept_bytes, 333);
+
+  const char* older = R"({"format": "remat-costs", "version": 1, "granularity": "block", "stages": [
+    {"name": "s0", "output_bytes": 8, "input_grad_bytes": 0, "nograd_seconds": 1, "nograd_extra_bytes": 0,
+     "options": [{"option": "full", "forward_seconds": 1, "backward_seconds": 2, "kept_bytes": 16,
+                  "forward_extra_bytes": 0, "backward_extra_bytes": 0}]}]})";
+  const CostTable old = CostTable::from_json(older, "old.json");
+  EXPECT_FALSE(old.stages[0].options[0].graph_only.has_value());
+  EXPECT_EQ(old.stages[0].options[0].at_segment_end().kept_bytes, 16) << "absent: the plain costs stand in";
+
+  std::string negative = costs.to_json();
+  const std::string field = "\"kept_bytes\": 333";
+  ASSERT_NE(negative.find(field), std::string::npos);
+  negative.replace(negative.find(field), field.size(), "\"kept_bytes\": -333");
+  REMAT_EXPECT_ERROR(CostTable::from_json(negative, "bad.json"), "bad.json: stage 's1' has a negative size or time");
+  std::string missing = costs.to_json();
+  missing.replace(missing.find(field), field.size(), "\"kept\": 333");
+  REMAT_EXPECT_ERROR(CostTable::from_json(missing, "bad.json"), "bad.json: malformed cost table");
 }
