@@ -116,10 +116,9 @@ at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, cons
     x = checkpoint(
         [&chain, plan, segment](const at::Tensor& in) {
           // This lambda is the checkpoint's function: what it returns is exactly what the
-          // checkpoint's backward discards, so the flag applies to its last stage and no deeper.
-          const bool recomputing = detail::recomputing_graph_only();
-          detail::RecomputingGraphOnlyScope inner(false);
-          return run_items(chain, plan, *segment, in, recomputing);
+          // checkpoint's backward discards. Only it reads the flag (nested checkpoints' forward
+          // calls reset it), and it passes it to its last stage alone.
+          return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
         },
         x, CheckpointOptions().name(name));
   }

@@ -110,7 +110,7 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
     for (auto& option : options) {
       if (!is_attention && option.option == "matmul-inputs") continue;
       StageRunCost graph_only = option;
-      graph_only.forward_seconds = seconds(std::max(0.0, (option.forward_seconds * o.flops_per_second) - tail_flops));
+      graph_only.forward_seconds = seconds(std::max(0.0, he.forward_flops - tail_flops));
       graph_only.kept_bytes = option.kept_bytes - T * h * e;
       option.graph_only = graph_only;
     }
