@@ -12,20 +12,15 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "remat/statistics.h"
 #include "remat/checkpoint.h"
 #include "remat/cpu_threads.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
-#include "../tools/remat/keep_freed_memory.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 template <typename F>
 double seconds_per_call(int calls, F&& f) {
@@ -54,7 +49,7 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-stack", skip_stack, "Run only the per-call benchmark on the tiny function");
   CLI11_PARSE(app, argc, argv);
   std::cout << "threads: " << remat::set_cpu_threads(threads) << "\n";
-  remat::cli::keep_freed_memory();
+  remat::keep_freed_memory_in_process();
 
   // (1) Tiny function: 16 floats, two ops. Forward-only and forward+backward, interleaved rounds.
   at::Tensor w = torch::randn({16}, torch::requires_grad());
@@ -70,16 +65,16 @@ int main(int argc, char** argv) {
   const double us = 1e6;
   std::cout << "Per call on a tiny function (16 floats, mul+tanh), median of " << rounds << " rounds of " << calls
             << " calls:\n"
-            << "  forward only:        direct " << median(direct_fwd) * us << " us, checkpoint "
-            << median(ckpt_fwd) * us << " us, overhead " << (median(ckpt_fwd) - median(direct_fwd)) * us << " us\n"
-            << "  forward + backward:  direct " << median(direct_step) * us << " us, checkpoint "
-            << median(ckpt_step) * us << " us, overhead " << (median(ckpt_step) - median(direct_step)) * us
+            << "  forward only:        direct " << remat::median(direct_fwd) * us << " us, checkpoint "
+            << remat::median(ckpt_fwd) * us << " us, overhead " << (remat::median(ckpt_fwd) - remat::median(direct_fwd)) * us << " us\n"
+            << "  forward + backward:  direct " << remat::median(direct_step) * us << " us, checkpoint "
+            << remat::median(ckpt_step) * us << " us, overhead " << (remat::median(ckpt_step) - remat::median(direct_step)) * us
             << " us\n";
 
-  nlohmann::json j = {{"tiny_forward_direct_us", median(direct_fwd) * us},
-                      {"tiny_forward_checkpoint_us", median(ckpt_fwd) * us},
-                      {"tiny_step_direct_us", median(direct_step) * us},
-                      {"tiny_step_checkpoint_us", median(ckpt_step) * us}};
+  nlohmann::json j = {{"tiny_forward_direct_us", remat::median(direct_fwd) * us},
+                      {"tiny_forward_checkpoint_us", remat::median(ckpt_fwd) * us},
+                      {"tiny_step_direct_us", remat::median(direct_step) * us},
+                      {"tiny_step_checkpoint_us", remat::median(ckpt_step) * us}};
   if (skip_stack) {
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     return 0;
@@ -102,14 +97,14 @@ int main(int argc, char** argv) {
   }
   std::cout << "Step of " << layers << " residual layers, " << batch << "x" << tokens << "x" << channels
             << ", median of " << steps << " interleaved steps:\n"
-            << "  unchecked " << median(plain_s) << " s (forward " << median(plain_fwd) << " s), checkpoint per layer "
-            << median(ckpt_s) << " s (forward " << median(ckpt_fwd_s) << " s), ratio " << median(ckpt_s) / median(plain_s)
+            << "  unchecked " << remat::median(plain_s) << " s (forward " << remat::median(plain_fwd) << " s), checkpoint per layer "
+            << remat::median(ckpt_s) << " s (forward " << remat::median(ckpt_fwd_s) << " s), ratio " << remat::median(ckpt_s) / remat::median(plain_s)
             << "\n";
 
   if (!json_path.empty()) {
-    j["stack_step_unchecked_s"] = median(plain_s);
-    j["stack_step_checkpointed_s"] = median(ckpt_s);
-    j["stack_step_ratio"] = median(ckpt_s) / median(plain_s);
+    j["stack_step_unchecked_s"] = remat::median(plain_s);
+    j["stack_step_checkpointed_s"] = remat::median(ckpt_s);
+    j["stack_step_ratio"] = remat::median(ckpt_s) / remat::median(plain_s);
     std::ofstream(json_path) << j.dump(2) << "\n";
   }
   return 0;

@@ -59,8 +59,8 @@ struct OutputMeta {
 
 // torch::autograd::grad(roots, wrt, root_grads), except that the roots are released before the
 // engine runs: it needs their graph edges, not their data, and a recomputed segment's output would
-// otherwise stay allocated through the segment's whole backward (for a GPT block, one B·T·C
-// activation more than the forward ever held at that point).
+// otherwise stay allocated through the segment's whole backward (for a residual block, one
+// block-sized activation more than the forward ever held at that point).
 variable_list grad_releasing_roots(variable_list&& roots, const variable_list& wrt, const variable_list& root_grads,
                                    bool create_graph) {
   torch::autograd::edge_list root_edges, wrt_edges;

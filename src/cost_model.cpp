@@ -143,7 +143,7 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source_name, ": not valid JSON (", e.what(), "). Expected a profile written by `remat profile --save`.");
+    REMAT_CHECK(false, source_name, ": not valid JSON (", e.what(), "). Expected a cost table written by CostTable::to_json.");
   }
   REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-costs" && j.value("version", 0) == 1, source_name,
               ": not a remat cost table (expected \"format\": \"remat-costs\", \"version\": 1).");

@@ -10,6 +10,10 @@
 #include <sstream>
 #include <unordered_map>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -144,6 +148,19 @@ void reset_peak_memory(c10::Device device) {
   if (device.is_cuda()) return detail::reset_cuda_peak(device);
   REMAT_CHECK(device.is_cpu(), "reset_peak_memory: device ", device, " is not supported; use CPU or CUDA.");
   TrackingCpuAllocator::instance().reset_peak();
+}
+
+void keep_freed_memory_in_process() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // serve blocks up to 1 GiB from the heap, not fresh mmaps
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and keep up to 1 GiB of free heap top
+#endif
+}
+
+std::string format_bytes(int64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  return os.str();
 }
 
 StepMeasurement measure_step(const std::function<at::Tensor()>& forward, c10::Device device) {

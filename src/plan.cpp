@@ -1,5 +1,6 @@
 #include "remat/plan.h"
 
+#include <algorithm>
 #include <memory>
 #include <sstream>
 
@@ -31,7 +32,7 @@ void append_compact(const Plan& plan, const std::vector<PlanItem>& items, std::s
     if (item.is_stage()) {
       out += plan.stage_names.at(item.stage);
       const std::string& option = plan.options.at(item.stage);
-      if (option != "full") out += ":" + option;
+      if (plan.default_options.empty() || option != plan.default_options.at(item.stage)) out += ":" + option;
     } else {
       out += '[';
       append_compact(plan, item.segment, out);
@@ -113,6 +114,10 @@ at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, cons
     const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
     const auto [first, last] = stage_range(*segment);
     const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
+    std::vector<at::Tensor> buffers;
+    for (int64_t s = first; s <= last; ++s) {
+      for (auto& b : chain.stage_buffers(s)) buffers.push_back(std::move(b));
+    }
     x = checkpoint(
         [&chain, plan, segment](const at::Tensor& in) {
           // This lambda is the checkpoint's function: what it returns is exactly what the
@@ -120,7 +125,7 @@ at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, cons
           // calls reset it), and it passes it to its last stage alone.
           return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
         },
-        x, CheckpointOptions().name(name));
+        x, CheckpointOptions().name(name).restore_after_recompute(std::move(buffers)));
   }
   return x;
 }
@@ -144,9 +149,11 @@ Plan Plan::plain(const Chain& chain) {
   for (int64_t i = 0; i < chain.size(); ++i) {
     const auto& stage = chain.stages()[i];
     plan.stage_names.push_back(stage.name);
+    REMAT_CHECK(!stage.options.empty(), "stage '", stage.name, "' lists no options; give it at least one (its default).");
     plan.options.push_back(stage.options.at(0));
     plan.items.push_back(PlanItem::run(i));
   }
+  plan.default_options = plan.options;
   return plan;
 }
 
@@ -159,6 +166,7 @@ std::string Plan::to_string() const {
 std::string Plan::to_json() const {
   nlohmann::json j = {{"format", "remat-plan"}, {"version", 1}, {"granularity", granularity},
                       {"stages", stage_names}, {"options", options}, {"plan", items_to_json(*this, items)}};
+  if (!default_options.empty()) j["default_options"] = default_options;
   return j.dump(2);
 }
 
@@ -167,7 +175,7 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected a plan written by `remat plan --save`.");
+    REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected a plan written by Plan::to_json.");
   }
   REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-plan", source,
               ": not a remat plan (expected an object with \"format\": \"remat-plan\").");
@@ -176,7 +184,7 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   auto require = [&](const char* field, bool ok, const char* what) {
     REMAT_CHECK(j.contains(field) && ok, source, ": field '", field, "' must be ", what, ".");
   };
-  require("granularity", j.contains("granularity") && j["granularity"].is_string(), "a string (\"block\" or \"half\")");
+  require("granularity", j.contains("granularity") && j["granularity"].is_string(), "a string (the chain's granularity)");
   require("stages", j.contains("stages") && j["stages"].is_array() && !j["stages"].empty(),
           "a non-empty array of stage names");
   require("options", j.contains("options") && j["options"].is_array(), "an array with one option name per stage");
@@ -193,6 +201,14 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   }
   REMAT_CHECK(plan.options.size() == plan.stage_names.size(), source, ": 'options' has ", plan.options.size(),
               " entries but there are ", plan.stage_names.size(), " stages; give one option per stage.");
+  if (j.contains("default_options")) {
+    const auto& defaults = j["default_options"];
+    REMAT_CHECK(defaults.is_array() && defaults.size() == plan.stage_names.size() &&
+                    std::all_of(defaults.begin(), defaults.end(), [](const nlohmann::json& d) { return d.is_string(); }),
+                source, ": field 'default_options' must be an array of ", plan.stage_names.size(),
+                " option names, one per stage.");
+    for (const auto& d : defaults) plan.default_options.push_back(d.get<std::string>());
+  }
   plan.items = items_from_json(j["plan"], plan.stage_names, source);
   int64_t next = 0;
   check_coverage(plan.items, plan, next, source);
@@ -207,8 +223,8 @@ void Plan::validate_against(const Chain& chain) const {
   REMAT_CHECK(granularity == chain.granularity() && stage_names == chain_names, "the plan was made for a chain of ",
               stage_names.size(), " stages at granularity '", granularity, "' (", join_names(stage_names),
               ") but this model's chain has ", chain_names.size(), " stages at granularity '", chain.granularity(),
-              "' (", join_names(chain_names), "). Make the plan for this model: same --layers and a policy of the ",
-              "same granularity.");
+              "' (", join_names(chain_names), "). Make the plan for this chain: the same stages at the same ",
+              "granularity.");
   REMAT_CHECK(options.size() == chain_names.size(), "the plan has ", options.size(), " options for ",
               chain_names.size(), " stages.");
   for (size_t i = 0; i < options.size(); ++i) {
@@ -219,6 +235,12 @@ void Plan::validate_against(const Chain& chain) const {
   int64_t next = 0;
   check_coverage(items, *this, next, "the plan");
   REMAT_CHECK(next == chain.size(), "the plan does not cover every stage of the chain.");
+}
+
+void Plan::bind_to(const Chain& chain) {
+  validate_against(chain);
+  default_options.clear();
+  for (const auto& stage : chain.stages()) default_options.push_back(stage.options.at(0));
 }
 
 std::vector<int64_t> Plan::recompute_depths() const {

@@ -1,5 +1,6 @@
 #include "remat/policies.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -17,30 +18,30 @@ struct PolicySpec {
 const std::vector<PolicyDescription>& descriptions() {
   static const std::vector<PolicyDescription> list = {
       {"none", "keep every activation: most memory, no recompute"},
-      {"block", "checkpoint every block: keeps only block inputs, recomputes every block's forward once (~+33% step time)"},
+      {"block", "checkpoint every block: keeps only block inputs, recomputes every block's forward once"},
       {"every:K", "checkpoint runs of K blocks: keeps one boundary per K blocks, recomputes all blocks; peak grows with K"},
       {"segments:K", "PyTorch's checkpoint_sequential over the blocks: K segments, the last one not checkpointed"},
       {"sqrt", "ceil(sqrt(N)) checkpointed segments (Chen et al.): O(sqrt N) boundaries for one extra forward"},
-      {"ffn", "checkpoint only the MLP halves: their 4h-wide activations go, attention's stay; recomputes the MLPs"},
-      {"attn", "checkpoint only the attention halves: drops the s^2 attention maps, recomputes attention"},
-      {"ffn+attn", "checkpoint each half-block separately: like block but keeps the mid-block residual too"},
-      {"selective", "Megatron-style: recompute only softmax(QK^T)V; keeps all matmul inputs, little recompute"},
-      {"matmul-inputs", "recompute LayerNorm and GELU outputs for the matmuls that read them: drops ~6 of ~34 B·T·C per block, cheap"},
       {"<policy>,skip-ends", "any policy with the first and last blocks left unchecked (they run plainly)"},
   };
   return list;
 }
 
+const std::set<std::string>& generic_bases() {
+  static const std::set<std::string> bases = {"none", "block", "every", "segments", "sqrt"};
+  return bases;
+}
+
 PolicySpec parse(const std::string& policy) {
   PolicySpec spec;
-  std::string text = policy;
-  const std::string modifier = ",skip-ends";
-  if (text.size() > modifier.size() && text.compare(text.size() - modifier.size(), modifier.size(), modifier) == 0) {
-    spec.skip_ends = true;
-    text.resize(text.size() - modifier.size());
-  }
+  const std::string text = split_skip_ends(policy, spec.skip_ends);
   auto colon = text.find(':');
   spec.base = text.substr(0, colon);
+  if (generic_bases().count(spec.base) == 0) {
+    std::string names;
+    for (const auto& d : descriptions()) names += (names.empty() ? "" : ", ") + d.name;
+    REMAT_CHECK(false, "unknown policy '", policy, "'. Known policies: ", names, ".");
+  }
   if (colon != std::string::npos) {
     const std::string number = text.substr(colon + 1);
     REMAT_CHECK(spec.base == "every" || spec.base == "segments", "policy '", policy, "': only every:K and segments:K take a number.");
@@ -54,12 +55,6 @@ PolicySpec parse(const std::string& policy) {
                 "': K must be a whole number >= 1, as in ", spec.base, ":2.");
   } else {
     REMAT_CHECK(spec.base != "every" && spec.base != "segments", "policy '", policy, "' needs a number: ", spec.base, ":K.");
-  }
-  static const std::set<std::string> known = {"none", "block", "every", "segments", "sqrt", "ffn", "attn", "ffn+attn", "selective", "matmul-inputs"};
-  if (known.count(spec.base) == 0) {
-    std::string names;
-    for (const auto& d : descriptions()) names += (names.empty() ? "" : ", ") + d.name;
-    REMAT_CHECK(false, "unknown policy '", policy, "'. Known policies: ", names, ". `remat policies` explains each.");
   }
   return spec;
 }
@@ -80,21 +75,53 @@ std::vector<std::pair<int64_t, int64_t>> block_ranges(const Chain& chain) {
 
 std::vector<PolicyDescription> policy_descriptions() { return descriptions(); }
 
-std::string policy_granularity(const std::string& policy) {
-  const PolicySpec spec = parse(policy);
-  return spec.base == "ffn" || spec.base == "attn" || spec.base == "ffn+attn" ? "half" : "block";
+void check_policy(const std::string& policy) { parse(policy); }
+
+std::string split_skip_ends(const std::string& policy, bool& skip_ends) {
+  const std::string modifier = ",skip-ends";
+  skip_ends = policy.size() > modifier.size() &&
+              policy.compare(policy.size() - modifier.size(), modifier.size(), modifier) == 0;
+  return skip_ends ? policy.substr(0, policy.size() - modifier.size()) : policy;
+}
+
+bool is_generic_policy(const std::string& policy) {
+  bool skip_ends = false;
+  const std::string text = split_skip_ends(policy, skip_ends);
+  return generic_bases().count(text.substr(0, text.find(':'))) > 0;
+}
+
+std::pair<int64_t, int64_t> policy_block_range(int64_t blocks, bool skip_ends) {
+  const int64_t first = skip_ends ? std::min<int64_t>(1, blocks) : 0;
+  const int64_t last = skip_ends ? std::max<int64_t>(first, blocks - 1) : blocks;  // exclusive
+  return {first, last};
+}
+
+Plan plan_with_segments(const Chain& chain, const std::vector<std::pair<int64_t, int64_t>>& segments) {
+  Plan plan = Plan::plain(chain);
+  std::vector<PlanItem> items;
+  size_t next_segment = 0;
+  for (int64_t i = 0; i < chain.size();) {
+    if (next_segment < segments.size() && segments[next_segment].first == i) {
+      std::vector<PlanItem> inner;
+      for (int64_t s = segments[next_segment].first; s < segments[next_segment].second; ++s) inner.push_back(PlanItem::run(s));
+      i = segments[next_segment].second;
+      ++next_segment;
+      items.push_back(PlanItem::checkpointed(std::move(inner)));
+    } else {
+      items.push_back(PlanItem::run(i++));
+    }
+  }
+  plan.items = std::move(items);
+  return plan;
 }
 
 Plan policy_plan(const std::string& policy, const Chain& chain) {
   const PolicySpec spec = parse(policy);
-  REMAT_CHECK(chain.granularity() == policy_granularity(policy), "policy '", policy, "' needs a chain of granularity '",
-              policy_granularity(policy), "', got '", chain.granularity(), "'.");
-  Plan plan = Plan::plain(chain);
   const auto blocks = block_ranges(chain);
   const auto n = static_cast<int64_t>(blocks.size());
-  // The blocks a policy may touch: all, or all but the first and the last.
-  const int64_t first = spec.skip_ends ? std::min<int64_t>(1, n) : 0;
-  const int64_t last = spec.skip_ends ? std::max<int64_t>(first, n - 1) : n;  // exclusive
+  REMAT_CHECK(n > 0 || spec.base == "none", "policy '", policy, "' checkpoints blocks, but no stage of this chain ",
+              "belongs to a block (StageInfo::block is -1 everywhere).");
+  const auto [first, last] = policy_block_range(n, spec.skip_ends);
   const int64_t candidates = last - first;
 
   // Stage ranges to checkpoint, each as one segment.
@@ -113,41 +140,8 @@ Plan policy_plan(const std::string& policy, const Chain& chain) {
     const auto count = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(candidates))));
     const int64_t size = (candidates + count - 1) / count;
     for (int64_t b = first; b < last; b += size) blocks_segment(b, std::min(b + size, last));
-  } else if (spec.base == "ffn" || spec.base == "attn" || spec.base == "ffn+attn") {
-    for (int64_t i = 0; i < chain.size(); ++i) {
-      const auto& stage = chain.stages()[i];
-      if (stage.block < first || stage.block >= last) continue;
-      const bool ffn = stage.role == StageRole::feed_forward && spec.base != "attn";
-      const bool attn = stage.role == StageRole::attention && spec.base != "ffn";
-      if (ffn || attn) segments.emplace_back(i, i + 1);
-    }
-  } else if (spec.base == "selective" || spec.base == "matmul-inputs") {
-    // Stage options, not segments: every block stage keeps less inside.
-    for (int64_t i = 0; i < chain.size(); ++i) {
-      const auto& stage = chain.stages()[i];
-      if (stage.block < first || stage.block >= last) continue;
-      const auto& options = stage.options;
-      REMAT_CHECK(std::find(options.begin(), options.end(), spec.base) != options.end(), "policy '", policy,
-                  "': stage '", stage.name, "' has no option '", spec.base, "'.");
-      plan.options[i] = spec.base;
-    }
   }
-
-  std::vector<PlanItem> items;
-  size_t next_segment = 0;
-  for (int64_t i = 0; i < chain.size();) {
-    if (next_segment < segments.size() && segments[next_segment].first == i) {
-      std::vector<PlanItem> inner;
-      for (int64_t s = segments[next_segment].first; s < segments[next_segment].second; ++s) inner.push_back(PlanItem::run(s));
-      i = segments[next_segment].second;
-      ++next_segment;
-      items.push_back(PlanItem::checkpointed(std::move(inner)));
-    } else {
-      items.push_back(PlanItem::run(i++));
-    }
-  }
-  plan.items = std::move(items);
-  return plan;
+  return plan_with_segments(chain, segments);
 }
 
 }  // namespace remat

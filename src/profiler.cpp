@@ -11,21 +11,18 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "detail/chain_state.h"
 #include "detail/cuda_memory.h"
 #include "detail/forward_state.h"
 #include "remat/checkpoint.h"
 #include "remat/error.h"
+#include "remat/statistics.h"
 #include "remat/memory.h"
 
 namespace remat {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
 
 double seconds_since(Clock::time_point start, c10::Device device) {
   detail::synchronize_if_cuda(device);
@@ -46,9 +43,14 @@ at::Tensor stage_input(const at::Tensor& activation, bool first) {
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
   REMAT_CHECK(options.repeats() >= 1 && options.warmup() >= 0, "profile: repeats must be >= 1 and warmup >= 0.");
+  REMAT_CHECK(input.defined(), "profile: the sample input is undefined.");
+  REMAT_CHECK(c10::GradMode::is_enabled(), "profile: grad mode is disabled; profile outside torch::NoGradGuard.");
   const c10::Device device = input.device();
   if (device.is_cpu()) install_cpu_memory_tracker();
   const auto n = chain.size();
+  // Profiling runs every stage many times: the model's gradients, running statistics and the RNG
+  // streams are put back afterwards, so planning leaves training exactly as it was.
+  const detail::ChainStateGuard untouched(chain, input);
 
   // Every stage's real input: the chain run once without recording.
   std::vector<at::Tensor> activations;  // activations[i] is stage i's input
@@ -101,23 +103,29 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
                                     : chain.forward_stage(i, x, info.options[o]);
           const double forward_seconds = seconds_since(start, device);
           const auto after_forward = memory_stats(device);
-          REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require grad.");
-          // Backward, with the output's gradient allocated beforehand (it is δ(i), held).
-          at::Tensor grad = at::ones(y.sizes(), y.options());
+          REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require ",
+                      "grad (no parameters and no floating-point input reach it); merge it into a neighbouring stage.");
+          // Backward from δ(i) as a step's backward has it: made by the next stage's backward and
+          // owned by the engine, which frees it as soon as this stage's first operation has used
+          // it. A product with one stands in for the next stage: its backward makes δ(i) from a
+          // broadcast scalar, which holds no memory. Transients are then measured above δ(i).
+          const at::Tensor root = at::mul(y, 1.0);
+          const at::Tensor seed = at::ones({}, y.options()).expand(y.sizes());
           const int64_t before_backward = memory_stats(device).current_bytes;
           reset_peak_memory(device);
           start = Clock::now();
-          torch::autograd::backward({y}, {grad});
+          torch::autograd::backward({root}, {seed});
           const double backward_seconds = seconds_since(start, device);
           const auto after_backward = memory_stats(device);
           const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
+          const int64_t output_grad = y.numel() * static_cast<int64_t>(y.element_size());  // δ(i)
           if (r < 0) continue;
           forward_times[o][graph_only].push_back(forward_seconds);
           backward_times[o][graph_only].push_back(backward_seconds);
           rc.kept_bytes = std::max(rc.kept_bytes, after_forward.current_bytes - before);
           rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
           rc.backward_extra_bytes =
-              std::max(rc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad);
+              std::max(rc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad - output_grad);
           if (!graph_only) {
             cost.output_bytes = storage_bytes(y);
             cost.input_grad_bytes = input_grad;

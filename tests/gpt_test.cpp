@@ -7,7 +7,7 @@
 #include "remat/models/fused_ops.h"
 #include "remat/models/gpt.h"
 #include "remat/plan.h"
-#include "remat/policies.h"
+#include "remat/models/gpt_policies.h"
 #include "support/compare.h"
 #include "support/tiny_gpt.h"
 
@@ -45,7 +45,7 @@ TEST(Gpt, ConfigErrorsAreClear) {
     Gpt model(c);
     FAIL();
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find("--heads (5) must divide --hidden (32)"), std::string::npos);
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("GptConfig::heads (5) must divide GptConfig::hidden (32)"), std::string::npos);
   }
 }
 
@@ -89,7 +89,7 @@ TEST(Gpt, MatmulInputsOptionDropsTheLayerNormAndGeluOutputsExactly) {
   GptChain chain(model, "block");
   chain.set_targets(targets);
   auto held_after_forward = [&](const std::string& policy) {
-    const remat::Plan plan = remat::policy_plan(policy, chain);
+    const remat::Plan plan = remat::models::gpt_policy_plan(policy, chain);
     model->zero_grad();
     return remat::measure_step([&] { return remat::run_plan(chain, plan, tokens); }).activation_bytes_at_end_of_forward();
   };
@@ -133,7 +133,7 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
           EXPECT_TRUE(remat::testing::bitwise_equal(plain[i].second, graph_only[i].second)) << plain[i].first;
         }
         EXPECT_EQ(plain_bytes, 2 * 16 * config().hidden * 4);
-        const bool skips = !(option == "matmul-inputs" && chain.stages()[index].role != remat::StageRole::attention);
+        const bool skips = !(option == "matmul-inputs" && remat::models::gpt_stage_kind(index, chain.size(), chain.granularity()) != remat::models::GptStage::attention);
         EXPECT_EQ(graph_only_bytes, skips ? 4 : plain_bytes) << "the output's storage";
       }
     }

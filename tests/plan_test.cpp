@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "remat/models/gpt.h"
+#include "remat/models/gpt_policies.h"
 #include "remat/policies.h"
 #include "support/compare.h"
 
@@ -25,8 +26,8 @@ GptConfig tiny(int64_t layers) {
 }
 
 std::string compact(const std::string& policy, int64_t layers = 4) {
-  GptChain chain(Gpt(tiny(layers)), remat::policy_granularity(policy));
-  Plan plan = remat::policy_plan(policy, chain);
+  GptChain chain(Gpt(tiny(layers)), remat::models::gpt_policy_granularity(policy));
+  Plan plan = remat::models::gpt_policy_plan(policy, chain);
   plan.validate_against(chain);
   return plan.to_string();
 }
@@ -57,22 +58,29 @@ TEST(Policies, BuildTheDocumentedPlans) {
 }
 
 TEST(Policies, EveryPolicyIsDescribed) {
-  const auto list = remat::policy_descriptions();
+  const auto list = remat::models::gpt_policy_descriptions();
   EXPECT_GE(list.size(), 10u);
   for (const auto& p : list) EXPECT_FALSE(p.tradeoff.empty()) << p.name;
+  EXPECT_EQ(list.back().name, "<policy>,skip-ends");
+  EXPECT_EQ(remat::policy_descriptions().size(), 6u) << "the core's policies are the generic ones";
 }
 
 TEST(Policies, RejectUnknownNamesAndBadNumbers) {
-  REMAT_EXPECT_ERROR(remat::policy_granularity("blocks"), "unknown policy 'blocks'. Known policies: none, block");
-  REMAT_EXPECT_ERROR(remat::policy_granularity("every"), "needs a number: every:K");
-  REMAT_EXPECT_ERROR(remat::policy_granularity("every:0"), "K must be a whole number >= 1");
-  REMAT_EXPECT_ERROR(remat::policy_granularity("every:2x"), "K must be a whole number >= 1");
-  REMAT_EXPECT_ERROR(remat::policy_granularity("block:2"), "only every:K and segments:K take a number");
+  using remat::models::gpt_policy_granularity;
+  REMAT_EXPECT_ERROR(gpt_policy_granularity("blocks"), "unknown policy 'blocks'. Known policies: none, block");
+  REMAT_EXPECT_ERROR(gpt_policy_granularity("every"), "needs a number: every:K");
+  REMAT_EXPECT_ERROR(gpt_policy_granularity("every:0"), "K must be a whole number >= 1");
+  REMAT_EXPECT_ERROR(gpt_policy_granularity("every:2x"), "K must be a whole number >= 1");
+  REMAT_EXPECT_ERROR(gpt_policy_granularity("block:2"), "only every:K and segments:K take a number");
+  REMAT_EXPECT_ERROR(remat::check_policy("ffn"), "unknown policy 'ffn'. Known policies: none, block");
   REMAT_EXPECT_ERROR(compact("segments:5"), "K must be at most the number of blocks");
 }
 
 TEST(Plan, JsonRoundTripKeepsNestingAndOptions) {
-  const Plan plan = Plan::from_json(kValidPlan, "nested.json");
+  Plan plan = Plan::from_json(kValidPlan, "nested.json");
+  // A plan file without default options shows every option, until bound to its chain.
+  EXPECT_EQ(plan.to_string(), "embed:full [block0:full [block1:selective]] head:full");
+  plan.bind_to(GptChain(Gpt(tiny(2)), "block"));
   EXPECT_EQ(plan.to_string(), "embed [block0 [block1:selective]] head");
   EXPECT_EQ(plan.recompute_depths(), (std::vector<int64_t>{0, 1, 2, 0}));
   const Plan again = Plan::from_json(plan.to_json());
@@ -120,7 +128,7 @@ class RecordingChain : public remat::Chain {
  public:
   explicit RecordingChain(int64_t n) {
     for (int64_t i = 0; i < n; ++i) {
-      stages_.push_back({"s" + std::to_string(i), remat::StageRole::block, i, {"full"}});
+      stages_.push_back({"s" + std::to_string(i), i, {"full"}});
       weights.push_back(torch::randn({4}, torch::requires_grad()));
     }
   }

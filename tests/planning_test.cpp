@@ -1,6 +1,11 @@
 // The planner on the real model: the profiler's table, the estimator against it and against the
 // published formula, predictions against measured bytes, and every planner's plan training exactly
 // like `none`.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -131,9 +136,14 @@ TEST(Planners, EveryPlannersPlanTrainsLikeNone) {
   base.model = small();
   base.batch = 4;
   base.seed = 3;
+  const std::string plan_file =
+      (std::filesystem::temp_directory_path() / ("remat-planning-test-" + std::to_string(::getpid()) + ".json")).string();
   auto run = [&](std::optional<Plan> plan) {
     remat::train::TrainOptions o = base;
-    o.plan = plan;
+    if (plan) {
+      std::ofstream(plan_file) << plan->to_json();
+      o.plan_file = plan_file;
+    }
     remat::train::Trainer trainer(o);
     std::vector<double> losses;
     for (int i = 0; i < 3; ++i) losses.push_back(trainer.step().loss);

@@ -153,19 +153,19 @@ TEST(Train, ResumeGivesTheParametersOfAStraightRun) {
 TEST(Train, BadModelFlagsDataAndPlansAreClearErrors) {
   TrainOptions o = small_run();
   o.model.heads = 5;
-  REMAT_EXPECT_ERROR(Trainer{o}, "--heads (5) must divide --hidden (32)");
+  REMAT_EXPECT_ERROR(Trainer{o}, "GptConfig::heads (5) must divide GptConfig::hidden (32)");
   REMAT_EXPECT_ERROR(Trainer{small_run("nonsense")}, "unknown policy 'nonsense'");
 
   TempDir dir;
   o = small_run();
   o.data_file = (dir / "missing.txt").string();
-  REMAT_EXPECT_ERROR(Trainer{o}, "does not exist; --data takes a text file");
+  REMAT_EXPECT_ERROR(Trainer{o}, "does not exist; TrainOptions::data_file takes a text file");
   write_file(dir / "empty.txt", "");
   o.data_file = (dir / "empty.txt").string();
   REMAT_EXPECT_ERROR(Trainer{o}, "is empty");
   write_file(dir / "short.txt", "too short");
   o.data_file = (dir / "short.txt").string();
-  REMAT_EXPECT_ERROR(Trainer{o}, "fewer than one training window of --seq + 1 = 17 bytes");
+  REMAT_EXPECT_ERROR(Trainer{o}, "fewer than one training window of GptConfig::sequence + 1 = 17 bytes");
   o = small_run();
   o.corpus_dir = (dir / "no-fortunes").string();
   REMAT_EXPECT_ERROR(Trainer{o}, "Install Debian's `fortunes` package");
@@ -178,6 +178,41 @@ TEST(Train, BadModelFlagsDataAndPlansAreClearErrors) {
     "plan": ["embed", {"checkpoint": ["block0"]}, "block1", "head"]})");
   o.plan_file = (dir / "two-layers.json").string();
   REMAT_EXPECT_ERROR(Trainer{o}, "the plan was made for a chain of 4 stages");
+
+  o = small_run();
+  o.budget = "12parsecs";
+  REMAT_EXPECT_ERROR(Trainer{o}, "has an unknown unit 'parsecs'");
+  o.budget = "1KiB";
+  REMAT_EXPECT_ERROR(Trainer{o}, "the smallest feasible budget is");
+  o.budget = "60%";
+  o.plan_file = (dir / "two-layers.json").string();
+  REMAT_EXPECT_ERROR(Trainer{o}, "give TrainOptions::budget or TrainOptions::plan_file, not both");
+}
+
+TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
+  TrainOptions budgeted = small_run();
+  budgeted.budget = "50%";
+  budgeted.profile_repeats = 1;
+  Trainer trainer(budgeted);
+  ASSERT_TRUE(trainer.budget_plan().has_value());
+  EXPECT_LE(trainer.budget_plan()->prediction.peak_bytes, trainer.budget_plan()->budget_bytes);
+  EXPECT_NE(trainer.plan().to_string(), remat::Plan::plain(remat::models::GptChain(trainer.model(), "half")).to_string());
+  EXPECT_NE(trainer.plan_source().find("optimal for budget 50%"), std::string::npos) << trainer.plan_source();
+  // matmul-inputs' fused backward rounds differently (Train.MatmulInputsTrainsLikeNone...).
+  const auto& options = trainer.plan().options;
+  const bool fused = std::find(options.begin(), options.end(), "matmul-inputs") != options.end();
+  const remat::PlanVerification v = trainer.verify();
+  EXPECT_TRUE(fused ? v.max_gradient_difference() < 1e-5 : v.bitwise_equal()) << v.to_string();
+  // Profiling and verifying left the run as a straight one: the same losses as `none`.
+  const RunOutcome planned = train_steps(trainer, 3);
+  Trainer plain(small_run());
+  const RunOutcome none = train_steps(plain, 3);
+  if (fused) {
+    for (size_t i = 0; i < none.losses.size(); ++i) EXPECT_NEAR(planned.losses[i], none.losses[i], 1e-5);
+  } else {
+    EXPECT_EQ(planned.losses, none.losses);
+    expect_same_parameters(planned, none);
+  }
 }
 
 TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesNothing) {

@@ -1,9 +1,11 @@
 // remat/chain.h — a model seen as an ordered chain of stages, the unit plans are made of.
 //
-// Stage i maps the activation a(i-1) to a(i); the first stage takes the model's input (tokens),
-// the last returns the loss. Boundaries lie on the residual stream, so keeping a(i) is all a
-// recompute from stage i+1 needs. Each stage lists the options it offers for what it keeps inside
-// (the first is the default, "full": keep everything its operations save).
+// Stage i maps the activation a(i-1) to a(i); the first stage takes the model's input, the last
+// returns its output (a loss, when the chain ends in one). Boundaries lie where one tensor carries
+// everything forward (a residual stream, a Sequential's module outputs), so keeping a(i) is all a
+// recompute from stage i+1 needs. Each stage lists the options it offers for what it keeps inside;
+// the names are the chain's own, and options[0] is the stage's default.
+// `SequentialChain` (sequential_chain.h) makes any torch::nn::Sequential a chain.
 #pragma once
 
 #include <cstdint>
@@ -14,13 +16,11 @@
 
 namespace remat {
 
-/// What a stage is, for policies that pick stages by role ("checkpoint the feed-forward halves").
-enum class StageRole { input, block, attention, feed_forward, output };
-
 struct StageInfo {
-  std::string name;                  ///< unique in the chain: "embed", "block3", "attn3", "mlp3", "head"
-  StageRole role = StageRole::block;
-  int64_t block = -1;                ///< index of the block it belongs to; -1 for input and output
+  std::string name;                  ///< unique in the chain, e.g. "conv3" or "layer11"
+  /// The block it belongs to, for policies that checkpoint whole blocks ("every:2"): consecutive
+  /// stages with one index form a block; -1 for stages outside any block (an input embedding, a loss).
+  int64_t block = -1;
   std::vector<std::string> options;  ///< what it can keep; options[0] is the default
 };
 
@@ -29,7 +29,7 @@ class Chain {
   virtual ~Chain() = default;
   /// The stages, in order.
   virtual const std::vector<StageInfo>& stages() const = 0;
-  /// How the chain cuts its blocks ("block" or "half"); plans record it.
+  /// How the chain cuts its model into stages, in the chain's own words; plans record it.
   virtual std::string granularity() const = 0;
   /// Runs stage `index` on `input` with `option` (one of the stage's options).
   virtual at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) = 0;
@@ -45,6 +45,11 @@ class Chain {
   /// The parameters stage `index` uses (their gradients are held together at the end of a
   /// checkpointed segment's backward). Empty when unknown.
   virtual std::vector<at::Tensor> stage_parameters(int64_t /*index*/) const { return {}; }
+  /// Names of stage_parameters(index), in the same order, for reports; empty when unknown.
+  virtual std::vector<std::string> stage_parameter_names(int64_t /*index*/) const { return {}; }
+  /// Tensors stage `index` updates in place as a side effect of its forward (BatchNorm running
+  /// statistics): a recompute restores them, so they update once per step under every plan.
+  virtual std::vector<at::Tensor> stage_buffers(int64_t /*index*/) const { return {}; }
 
   int64_t size() const { return static_cast<int64_t>(stages().size()); }
   /// Number of blocks (the largest block index + 1).

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -46,6 +47,17 @@ struct StepMeasurement {
   int64_t activation_bytes_at_end_of_forward() const { return bytes_at_end_of_forward - bytes_before_forward; }
   int64_t activation_peak_bytes() const { return peak_bytes - bytes_before_forward; }
 };
+
+/// Keeps memory LibTorch frees inside the process instead of returning it to the kernel (glibc:
+/// large blocks from the heap, not fresh mmaps; no trimming below 1 GiB). Otherwise every step of a
+/// memory-hungry plan faults its activations in again page by page, which on few cores costs a large
+/// part of the compute and makes step times depend on the peak rather than on the work (the unchecked
+/// reference step measured ~30% slower for it). Call it first in programs that compare step times, as CPU
+/// trainers do with jemalloc or tcmalloc. Exact tensor bytes (the tracker) are unaffected.
+void keep_freed_memory_in_process();
+
+/// "12.3 MiB": bytes in MiB with one decimal, as remat's reports print them.
+std::string format_bytes(int64_t bytes);
 
 /// Runs `forward` (returning a scalar loss), then backward on the loss, measuring memory on
 /// `device` and wall time (synchronising CUDA before reading the clock).

@@ -3,9 +3,10 @@
 // A plan is a sequence of items covering the chain's stages in order: an item either runs one
 // stage normally or checkpoints a segment, which is itself a sequence of items (its inner plan,
 // used when the segment is recomputed). Each stage also has an option saying what it keeps inside.
-// Compact form, with stage names, options after a colon and checkpointed segments in brackets:
+// Compact form, with stage names, options other than the stage's default after a colon and
+// checkpointed segments in brackets:
 //
-//   embed [block0 block1] [block2 [block3]] block4:selective head
+//   stem [layer0 layer1] [layer2 [layer3]] layer4:lean loss
 //
 // Plans serialise to JSON and load with validation against the chain they are meant for.
 #pragma once
@@ -32,10 +33,13 @@ struct PlanItem {
 std::pair<int64_t, int64_t> stage_range(const std::vector<PlanItem>& items);
 
 struct Plan {
-  std::string granularity;               ///< the chain's, e.g. "block" or "half"
+  std::string granularity;               ///< the chain's (Chain::granularity)
   std::vector<std::string> stage_names;  ///< the chain's stage names, in order
   std::vector<PlanItem> items;
   std::vector<std::string> options;      ///< one per stage
+  /// Each stage's default option (the chain's options[0]), which the compact form leaves out;
+  /// empty when unknown (a plan file that does not record them), and then every option is shown.
+  std::vector<std::string> default_options;
 
   /// Every stage run normally with its default option.
   static Plan plain(const Chain& chain);
@@ -48,12 +52,16 @@ struct Plan {
 
   /// Throws a clear error unless the plan is well formed and made for `chain`.
   void validate_against(const Chain& chain) const;
+  /// Checks the plan against `chain` (validate_against) and records the chain's default options.
+  void bind_to(const Chain& chain);
 
   /// How many checkpointed segments enclose each stage (its recompute count per step).
   std::vector<int64_t> recompute_depths() const;
 };
 
 /// Runs `chain` under `plan` on `input` (the model's input); returns the last stage's output.
+/// Checkpointed segments restore their stages' buffers (Chain::stage_buffers) after each
+/// recompute, so running statistics update once per step under every plan.
 at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input);
 
 }  // namespace remat

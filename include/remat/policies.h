@@ -1,10 +1,11 @@
-// remat/policies.h — the field's rules of thumb as plan builders.
+// remat/policies.h — the field's rules of thumb as plan builders, for any chain.
 //
-//   none  block  every:K  segments:K  sqrt  ffn  attn  ffn+attn  selective  matmul-inputs
-//   and any of them with ",skip-ends" (first and last blocks exempt)
+//   none  block  every:K  segments:K  sqrt   and any of them with ",skip-ends"
 //
-// A policy first says which granularity of chain it needs (whole blocks or half-blocks), then
-// builds a plan for such a chain. `remat policies` prints each with its trade-off.
+// They checkpoint whole blocks (StageInfo::block): every block, runs of K blocks, PyTorch's
+// checkpoint_sequential over the blocks, or ceil(sqrt(N)) segments; ",skip-ends" leaves the first
+// and last blocks unchecked. A model may add policies of its own on top (remat's example
+// models do, in models/).
 #pragma once
 
 #include <string>
@@ -15,17 +16,31 @@
 namespace remat {
 
 struct PolicyDescription {
-  std::string name;      ///< as written on the command line
+  std::string name;      ///< how it is written, e.g. "every:K"
   std::string tradeoff;  ///< one line: what it keeps, what it costs
 };
 
-/// Every policy, in the order `remat policies` lists them.
+/// The generic policies, in the order they are documented.
 std::vector<PolicyDescription> policy_descriptions();
 
-/// The chain granularity ("block" or "half") that `policy` needs; throws for unknown policies.
-std::string policy_granularity(const std::string& policy);
+/// True when `policy` names a generic policy (well formed or not: "every:x" is one, badly written).
+bool is_generic_policy(const std::string& policy);
 
-/// Builds the plan of `policy` for `chain` (of the granularity above).
+/// Throws a clear error unless `policy` is a well-formed generic policy ("every:0" is not).
+void check_policy(const std::string& policy);
+
+/// Builds the plan of a generic `policy` for `chain`; throws a clear error for unknown policies,
+/// malformed numbers and chains without blocks.
 Plan policy_plan(const std::string& policy, const Chain& chain);
+
+/// Splits ",skip-ends" off `policy`: returns the base and sets `skip_ends`.
+std::string split_skip_ends(const std::string& policy, bool& skip_ends);
+
+/// The blocks a policy may touch, [first, last): all, or all but the first and the last.
+std::pair<int64_t, int64_t> policy_block_range(int64_t blocks, bool skip_ends);
+
+/// The plan running `chain` plainly except that each range [begin, end) of stages in `segments`
+/// (in order, disjoint) is one checkpointed segment.
+Plan plan_with_segments(const Chain& chain, const std::vector<std::pair<int64_t, int64_t>>& segments);
 
 }  // namespace remat

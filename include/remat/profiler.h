@@ -8,7 +8,8 @@
 // segment runs: Chain::forward_stage_graph_only), and a forward as a checkpointed segment runs it
 // (graph recorded, saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
 // times are medians of `repeats` runs after `warmup` runs. Parameter gradients are allocated by
-// the warm-up, as they are in training after the first step.
+// the warm-up, as they are in training after the first step. Gradients, buffers and RNG streams are
+// restored afterwards: profiling leaves the model as it was.
 #pragma once
 
 #include <torch/arg.h>

@@ -29,13 +29,13 @@ Keep parse_keep(const std::string& option) {
 }
 
 void GptConfig::validate() const {
-  REMAT_CHECK(layers >= 1, "the model needs at least one layer (--layers), got ", layers, ".");
-  REMAT_CHECK(hidden >= 1 && heads >= 1, "--hidden and --heads must be positive, got ", hidden, " and ", heads, ".");
-  REMAT_CHECK(hidden % heads == 0, "--heads (", heads, ") must divide --hidden (", hidden, "): each head gets hidden/heads ",
-              "channels. Try --heads ", std::gcd(hidden, heads) > 0 ? std::gcd(hidden, heads) : 1, ".");
-  REMAT_CHECK(sequence >= 1, "--seq must be at least 1, got ", sequence, ".");
+  REMAT_CHECK(layers >= 1, "GptConfig::layers must be at least 1, got ", layers, ".");
+  REMAT_CHECK(hidden >= 1 && heads >= 1, "GptConfig::hidden and GptConfig::heads must be positive, got ", hidden, " and ", heads, ".");
+  REMAT_CHECK(hidden % heads == 0, "GptConfig::heads (", heads, ") must divide GptConfig::hidden (", hidden, "): each head gets hidden/heads ",
+              "channels; ", std::gcd(hidden, heads) > 0 ? std::gcd(hidden, heads) : 1, " heads would.");
+  REMAT_CHECK(sequence >= 1, "GptConfig::sequence must be at least 1, got ", sequence, ".");
   REMAT_CHECK(vocabulary >= 2, "the vocabulary must have at least 2 tokens, got ", vocabulary, ".");
-  REMAT_CHECK(dropout >= 0.0 && dropout < 1.0, "--dropout must be in [0, 1), got ", dropout, ".");
+  REMAT_CHECK(dropout >= 0.0 && dropout < 1.0, "GptConfig::dropout must be in [0, 1), got ", dropout, ".");
 }
 
 bool GptConfig::operator==(const GptConfig& o) const {
@@ -146,22 +146,29 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, const at::Tensor& targets)
   return loss(x, targets);
 }
 
+GptStage gpt_stage_kind(int64_t index, int64_t stages, const std::string& granularity) {
+  if (index == 0) return GptStage::embed;
+  if (index == stages - 1) return GptStage::head;
+  if (granularity == "block") return GptStage::block;
+  return index % 2 == 1 ? GptStage::attention : GptStage::mlp;
+}
+
 std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity) {
-  REMAT_CHECK(granularity == "block" || granularity == "half", "chain granularity must be 'block' or 'half', got '",
+  REMAT_CHECK(granularity == "block" || granularity == "half", "GPT chain granularity must be 'block' or 'half', got '",
               granularity, "'.");
   const std::vector<std::string> block_options = {"full", "selective", "matmul-inputs"};
   std::vector<StageInfo> stages;
-  stages.push_back({"embed", StageRole::input, -1, {"full"}});
+  stages.push_back({"embed", -1, {"full"}});
   for (int64_t b = 0; b < layers; ++b) {
     const std::string n = std::to_string(b);
     if (granularity == "block") {
-      stages.push_back({"block" + n, StageRole::block, b, block_options});
+      stages.push_back({"block" + n, b, block_options});
     } else {
-      stages.push_back({"attn" + n, StageRole::attention, b, block_options});
-      stages.push_back({"mlp" + n, StageRole::feed_forward, b, {"full", "matmul-inputs"}});
+      stages.push_back({"attn" + n, b, block_options});
+      stages.push_back({"mlp" + n, b, {"full", "matmul-inputs"}});
     }
   }
-  stages.push_back({"head", StageRole::output, -1, {"full"}});
+  stages.push_back({"head", -1, {"full"}});
   return stages;
 }
 
@@ -173,6 +180,7 @@ Plan to_half_granularity(const Plan& plan) {
   half.granularity = "half";
   for (const auto& stage : gpt_stages(layers, "half")) half.stage_names.push_back(stage.name);
   half.options.assign(half.stage_names.size(), "full");
+  half.default_options = half.options;
   half.options.front() = plan.options.front();
   half.options.back() = plan.options.back();
   for (int64_t b = 0; b < layers; ++b) {
@@ -206,29 +214,40 @@ GptChain::GptChain(Gpt model, const std::string& granularity)
       granularity_(granularity),
       stages_(gpt_stages(static_cast<int64_t>(model_->blocks.size()), granularity)) {}
 
-std::vector<at::Tensor> GptChain::stage_parameters(int64_t index) const {
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> GptChain::stage_modules(int64_t index) const {
   const StageInfo& stage = stages_.at(index);
-  std::vector<std::shared_ptr<torch::nn::Module>> modules;
-  switch (stage.role) {
-    case StageRole::input: modules = {model_->wte.ptr(), model_->wpe.ptr()}; break;
-    case StageRole::output: modules = {model_->ln_f.ptr(), model_->head.ptr()}; break;
-    case StageRole::block: modules = {model_->blocks[stage.block].ptr()}; break;
-    case StageRole::attention: {
-      const auto& b = model_->blocks[stage.block];
-      modules = {b->ln1.ptr(), b->qkv.ptr(), b->proj.ptr()};
-      break;
+  switch (gpt_stage_kind(index, size(), granularity_)) {
+    case GptStage::embed: return {{"wte", model_->wte.ptr()}, {"wpe", model_->wpe.ptr()}};
+    case GptStage::head: return {{"ln_f", model_->ln_f.ptr()}, {"head", model_->head.ptr()}};
+    case GptStage::block: return {{"block" + std::to_string(stage.block), model_->blocks[stage.block].ptr()}};
+    case GptStage::attention: {
+      const auto& block = model_->blocks[stage.block];
+      const std::string prefix = "block" + std::to_string(stage.block) + ".";
+      return {{prefix + "ln1", block->ln1.ptr()}, {prefix + "qkv", block->qkv.ptr()}, {prefix + "proj", block->proj.ptr()}};
     }
-    case StageRole::feed_forward: {
-      const auto& b = model_->blocks[stage.block];
-      modules = {b->ln2.ptr(), b->fc1.ptr(), b->fc2.ptr()};
-      break;
+    case GptStage::mlp: {
+      const auto& block = model_->blocks[stage.block];
+      const std::string prefix = "block" + std::to_string(stage.block) + ".";
+      return {{prefix + "ln2", block->ln2.ptr()}, {prefix + "fc1", block->fc1.ptr()}, {prefix + "fc2", block->fc2.ptr()}};
     }
   }
+  return {};
+}
+
+std::vector<at::Tensor> GptChain::stage_parameters(int64_t index) const {
   std::vector<at::Tensor> parameters;
-  for (const auto& m : modules) {
-    for (const auto& p : m->parameters()) parameters.push_back(p);
+  for (const auto& [name, module] : stage_modules(index)) {
+    for (const auto& p : module->parameters()) parameters.push_back(p);
   }
   return parameters;
+}
+
+std::vector<std::string> GptChain::stage_parameter_names(int64_t index) const {
+  std::vector<std::string> names;
+  for (const auto& [name, module] : stage_modules(index)) {
+    for (const auto& p : module->named_parameters()) names.push_back(name + "." + p.key());
+  }
+  return names;
 }
 
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
@@ -242,20 +261,20 @@ at::Tensor GptChain::forward_stage_graph_only(int64_t index, const at::Tensor& i
 at::Tensor GptChain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
   const StageInfo& stage = stages_.at(index);
   const Keep keep = parse_keep(option);
-  switch (stage.role) {
-    case StageRole::input:
+  switch (gpt_stage_kind(index, size(), granularity_)) {
+    case GptStage::embed:
       return model_->embed(input);
-    case StageRole::output:
+    case GptStage::head:
       REMAT_CHECK(targets_.defined(), "GptChain: set the targets before running the head stage.");
       return model_->loss(input, targets_);
-    case StageRole::block: {
+    case GptStage::block: {
       auto& block = model_->blocks[stage.block];
       return block->mlp_half(block->attention_half(input, keep), keep == Keep::selective ? Keep::full : keep,
                              graph_only);
     }
-    case StageRole::attention:
+    case GptStage::attention:
       return model_->blocks[stage.block]->attention_half(input, keep, graph_only);
-    case StageRole::feed_forward:
+    case GptStage::mlp:
       return model_->blocks[stage.block]->mlp_half(input, keep, graph_only);
   }
   return {};

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+#include <ATen/ops/zeros_like.h>
 #include <torch/version.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "model_flags.h"
 #include "planning.h"
 #include "plots.h"
+#include "remat/models/gpt_policies.h"
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
 #include "remat/memory.h"
@@ -92,7 +94,7 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
   for (const auto& policy : policies) {
     Strategy s;
     s.name = policy;
-    s.plan = policy_plan(policy, models::GptChainShape(layers, policy_granularity(policy)));
+    s.plan = models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
     if (costs != nullptr) s.prediction = costs->predict(s.plan);
     strategies.push_back(std::move(s));
   }
@@ -102,7 +104,8 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
     s.name = "optimal " + text;
     s.planner = true;
     s.budget_text = text;
-    const PlanChoice choice = feasible_optimal_plan(*costs, text, slots, &s.budget_bytes);
+    const BudgetPlan choice = models::gpt_plan_for_budget(*costs, text, slots);
+    s.budget_bytes = choice.budget_bytes;
     s.plan = choice.plan;
     s.prediction = choice.prediction;
     strategies.push_back(std::move(s));
@@ -176,7 +179,7 @@ std::vector<std::string> runnable_policies(const BenchFlags& flags, int64_t laye
   std::vector<std::string> out;
   for (const auto& policy : flags.policies) {
     try {
-      policy_plan(policy, models::GptChainShape(layers, policy_granularity(policy)));
+      models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
     } catch (const c10::Error&) {
       if (flags.default_policies) continue;
       throw;
@@ -247,7 +250,7 @@ void run_bench(BenchFlags& flags) {
                         p == 0);
       });
   progress.done();
-  const train::PlanMeasurement& none = measured[none_index];
+  const PlanMeasurement& none = measured[none_index];
 
   std::vector<ParetoPoint> points;
   for (size_t i = 0; i < strategies.size(); ++i) {
@@ -266,7 +269,7 @@ void run_bench(BenchFlags& flags) {
   const double predicted_none = costs.unchecked().step_seconds;
   for (size_t i = 0; i < strategies.size(); ++i) {
     const Strategy& s = strategies[i];
-    const train::PlanMeasurement& m = measured[i];
+    const PlanMeasurement& m = measured[i];
     const double saved = 1.0 - static_cast<double>(m.activation_peak_bytes) / static_cast<double>(none.activation_peak_bytes);
     const double overhead = m.step_seconds / none.step_seconds - 1.0;
     std::string predicted_peak = "-", peak_error = "-", predicted_overhead = "-";
@@ -306,10 +309,15 @@ void run_bench(BenchFlags& flags) {
   table.print(std::cout);
   std::cout << "(* on the Pareto frontier: no other strategy is both smaller and faster)\n";
 
-  // Timelines after the table: they need gradients allocated, which measuring did.
+  // Timelines after the table.
   std::vector<TimelineSeries> timelines;
   if (!trace_names.empty()) {
     std::cerr << "recording the memory timeline of " << trace_names.size() << " strategies...\n";
+    // measure_plans leaves the model as it found it, gradients unallocated: trace a steady-state
+    // step, with them allocated as after a first training step.
+    for (auto& p : sample.model->parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
+    }
     timelines = trace_strategies(sample, strategies, trace_names, options.seed);
   }
 

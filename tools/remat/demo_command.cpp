@@ -13,6 +13,7 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include "remat/statistics.h"
 #include "remat/checkpointed.h"
 #include "remat/cpu_threads.h"
 #include "remat/memory.h"
@@ -21,12 +22,6 @@
 
 namespace remat::cli {
 namespace {
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
 struct Strategy {
   std::string name;

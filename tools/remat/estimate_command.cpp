@@ -64,15 +64,15 @@ void run_estimate(EstimateFlags& f) {
                "formula omits; the formula counts each block's input where this counts its output (same per layer).\n";
 
   const int64_t unchecked = costs.unchecked_peak_bytes();
-  int64_t least = -1;
-  optimal_plan(costs, 0, 1000, &least);  // nothing fits 0 bytes: it searches for the least budget
+  const int64_t least =
+      least_feasible_budget(costs.half, Plan::plain(models::GptChainShape(f.model.layers, "half")), 1000);
   const double none_seconds = costs.unchecked().step_seconds;
   std::cout << "\nwhole model, " << f.model.layers << " layers: activation peak per policy (the simulator on these costs; "
             << "times from FLOPs at " << fixed(f.options.flops_per_second / 1e12, 2) << " TFLOP/s):\n";
   Table policies({"policy", "activation peak GiB", "vs none", "time overhead"});
   policies.add_row({"none", gib(unchecked), "100.0%", "+0.0%"});
   nlohmann::json json_policies = nlohmann::json::array();
-  for (const auto& o : other_plans(costs, f.model.layers, unchecked, 1000)) {
+  for (const auto& o : models::gpt_compare_planners(costs, unchecked, 1000)) {
     if (o.name == "revolve" || o.name == "chen" || o.plan.stage_names.empty()) continue;
     policies.add_row({o.name, gib(o.prediction.peak_bytes),
                       fixed(100.0 * static_cast<double>(o.prediction.peak_bytes) / static_cast<double>(unchecked), 1) + "%",

@@ -1,5 +1,8 @@
 // The `remat` command-line program: one subcommand per job.
+#include <cstring>
 #include <iostream>
+#include <string>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
@@ -8,13 +11,36 @@
 #include "bench_command.h"
 #include "estimate_command.h"
 #include "invocation.h"
-#include "keep_freed_memory.h"
 #include "plan_command.h"
+#include "remat/memory.h"
 #include "train_command.h"
 #include "worker_command.h"
 
+namespace {
+
+// The library's errors name the fields a library caller set (GptConfig::heads); a command-line user
+// set flags, so their messages name those instead.
+std::string in_flag_words(std::string message) {
+  static const std::pair<const char*, const char*> fields[] = {
+      {"GptConfig::layers", "--layers"}, {"GptConfig::hidden", "--hidden"}, {"GptConfig::heads", "--heads"},
+      {"GptConfig::sequence", "--seq"}, {"GptConfig::dropout", "--dropout"}, {"TrainOptions::batch", "--batch"},
+      {"TrainOptions::lr", "--lr"}, {"TrainOptions::warmup_steps", "--warmup"}, {"TrainOptions::steps", "--steps"},
+      {"TrainOptions::threads", "--threads"}, {"TrainOptions::data_file", "--data"},
+      {"TrainOptions::budget", "--budget"}, {"TrainOptions::plan_file", "--plan"},
+      {"TrainOptions::resume_dir", "--resume"}, {"remat: resume:", "remat: --resume:"},
+      {"batch x GptConfig", "--batch x GptConfig"}};
+  for (const auto& [field, flag] : fields) {
+    for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at + std::strlen(flag))) {
+      message.replace(at, std::strlen(field), flag);
+    }
+  }
+  return message;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  remat::cli::keep_freed_memory();
+  remat::keep_freed_memory_in_process();
   remat::cli::record_invocation(argc, argv);
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);
@@ -29,7 +55,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    std::cerr << "error: " << in_flag_words(e.what_without_backtrace()) << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

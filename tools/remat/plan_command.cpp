@@ -17,7 +17,8 @@
 #include "planning.h"
 #include "remat/error.h"
 #include "remat/models/estimator.h"
-#include "remat/policies.h"
+#include "remat/models/gpt_policies.h"
+#include "remat/plan_measurement.h"
 #include "remat/train/corpus.h"
 #include "table.h"
 
@@ -35,7 +36,16 @@ struct PlanFlags {
   bool json = false;
   bool measure = false;
   int measure_steps = 3;
+  bool verify = false;
 };
+
+// `--verify`: one step plain and one under `plan` from the same RNG state, on the sample batch.
+void print_verification(const train::TrainOptions& options, const Plan& plan, std::ostream& out) {
+  SampleModel sample = make_sample_model(options);
+  models::GptChain chain(sample.model, plan.granularity);
+  chain.set_targets(sample.targets);
+  out << "verify: " << verify_plan(chain, plan, sample.tokens).to_string();
+}
 
 std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + fixed(100.0 * fraction, 1) + "%"; }
 
@@ -43,9 +53,9 @@ void run_policy_plan(PlanFlags& flags) {
   const auto& config = flags.model.options.model;
   config.validate();
   const std::string policy = flags.policy.empty() ? "block" : flags.policy;
-  const std::string granularity = policy_granularity(policy);
+  const std::string granularity = models::gpt_policy_granularity(policy);
   models::GptChainShape chain(config.layers, granularity);
-  const Plan plan = policy_plan(policy, chain);
+  const Plan plan = models::gpt_policy_plan(policy, chain);
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
@@ -56,6 +66,7 @@ void run_policy_plan(PlanFlags& flags) {
     write_file_atomically(flags.save_file, plan.to_json() + "\n");
     if (!flags.json) std::cout << "saved to " << flags.save_file << "\n";
   }
+  if (flags.verify) print_verification(flags.model.options, plan, flags.json ? std::cerr : std::cout);
 }
 
 void run_budget_plan(PlanFlags& flags) {
@@ -80,8 +91,8 @@ void run_budget_plan(PlanFlags& flags) {
   struct BudgetResult {
     std::string text;
     int64_t bytes;
-    PlanChoice optimal;
-    std::vector<PlanChoice> others;
+    BudgetPlan optimal;
+    std::vector<PlanCandidate> others;
     int64_t least;
     double solve_seconds;
   };
@@ -89,9 +100,11 @@ void run_budget_plan(PlanFlags& flags) {
   for (const auto& text : budgets) {
     BudgetResult r{text, 0, {}, {}, -1, 0};
     const auto start = std::chrono::steady_clock::now();
-    r.optimal = feasible_optimal_plan(costs, text, flags.slots, &r.bytes, &r.least);
+    r.optimal = models::gpt_plan_for_budget(costs, text, flags.slots);
+    r.bytes = r.optimal.budget_bytes;
+    r.least = r.optimal.min_feasible_budget_bytes;
     r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.others = other_plans(costs, options.model.layers, r.bytes, flags.slots);
+    r.others = models::gpt_compare_planners(costs, r.bytes, flags.slots);
     results.push_back(std::move(r));
   }
 
@@ -190,6 +203,12 @@ void run_budget_plan(PlanFlags& flags) {
     write_file_atomically(flags.save_file, results.front().optimal.plan.to_json() + "\n");
     out << "saved the optimal plan to " << flags.save_file << "\n";
   }
+  if (flags.verify) {
+    for (const auto& r : results) {
+      out << "\nbudget " << r.text << ", ";
+      print_verification(options, r.optimal.plan, out);
+    }
+  }
   if (flags.json) std::cout << (json_results.size() == 1 ? json_results[0] : nlohmann::json{{"results", json_results}}).dump(2) << "\n";
 }
 
@@ -199,7 +218,7 @@ void add_plan_commands(CLI::App& app) {
   CLI::App* policies = app.add_subcommand("policies", "List the checkpointing policies and their trade-offs");
   policies->callback([] {
     Table table({"policy", "trade-off"});
-    for (const auto& p : policy_descriptions()) table.add_row({p.name, p.tradeoff});
+    for (const auto& p : models::gpt_policy_descriptions()) table.add_row({p.name, p.tradeoff});
     table.print(std::cout);
   });
 
@@ -218,6 +237,9 @@ void add_plan_commands(CLI::App& app) {
   plan->add_flag("--json", flags->json, "Print JSON on stdout (human output goes to stderr)")->group("Output");
   plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")->group("Output");
   plan->add_option("--measure-steps", flags->measure_steps, "Measured steps per plan")->capture_default_str()->check(CLI::Range(1, 100))->group("Output");
+  plan->add_flag("--verify", flags->verify,
+                 "Run one step plain and one under each plan from the same RNG state; print max |gradient difference|")
+      ->group("Output");
   plan->callback([flags] {
     flags->model.apply_preset();
     REMAT_CHECK(flags->policy.empty() || flags->budgets.empty(), "give --policy or --budget, not both.");

@@ -11,6 +11,7 @@
 
 #include "model_flags.h"
 #include "planning.h"
+#include "remat/statistics.h"
 #include "remat/error.h"
 #include "remat/train/trainer.h"
 #include "table.h"
@@ -20,19 +21,13 @@ namespace {
 
 struct TrainFlags {
   ModelFlags model;
-  std::string budget;
-  int profile_repeats = 3;
+  bool verify = false;
   std::string save_dir;
   bool compare = false;
   bool json = false;
   int64_t sample_bytes = 200;
   int compare_steps = 3;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
 
 std::string printable(const std::string& text) {
   std::string out;
@@ -42,23 +37,10 @@ std::string printable(const std::string& text) {
 
 void run_train(TrainFlags& flags) {
   flags.model.apply_preset();
-  if (!flags.budget.empty()) {
-    // Profile, plan, then train under the plan; every input is checked before anything is written.
-    REMAT_CHECK(flags.model.options.plan_file.empty(), "give --budget or --plan, not both.");
-    auto& o = flags.model.options;
-    std::ostream& log = flags.json ? std::cerr : std::cout;
-    log << "profiling for --budget " << flags.budget << "...\n";
-    const ModelCosts costs = profile_model(o, flags.profile_repeats);
-    const int64_t budget = parse_budget(flags.budget, costs.unchecked_peak_bytes());
-    int64_t least = -1;
-    const PlanChoice choice = optimal_plan(costs, budget, 1000, &least);
-    REMAT_CHECK(choice.feasible, "no plan fits a budget of ", flags.budget, " (", budget, " bytes): the smallest ",
-                "feasible budget is ", least, " bytes (", format_bytes(least), ").");
-    o.plan = choice.plan;
-    o.plan_description = "optimal for --budget " + flags.budget + " = " + format_bytes(budget) + ", predicted peak " +
-                         format_bytes(choice.prediction.peak_bytes) + ", overhead " +
-                         fixed(100.0 * (choice.prediction.step_seconds / costs.unchecked().step_seconds - 1), 1) + "%";
+  if (!flags.model.options.budget.empty()) {
+    (flags.json ? std::cerr : std::cout) << "profiling for --budget " << flags.model.options.budget << "...\n";
   }
+  // With a budget, the trainer profiles its model and plans; every input is checked first.
   train::Trainer trainer(flags.model.options);
   const auto& o = trainer.options();
   std::ostream& out = flags.json ? std::cerr : std::cout;  // with --json, stdout holds only the JSON
@@ -69,6 +51,14 @@ void run_train(TrainFlags& flags) {
       << "  corpus: " << trainer.corpus().source() << ", " << trainer.corpus().bytes().size() << " bytes\n"
       << "  plan (" << trainer.plan_source() << "): " << trainer.plan().to_string() << "\n";
   if (trainer.global_step() > 0) out << "  resumed at step " << trainer.global_step() << "\n";
+  nlohmann::json verification;
+  if (flags.verify) {
+    const PlanVerification v = trainer.verify();
+    out << "  verify: " << v.to_string();
+    verification = {{"bitwise_equal", v.bitwise_equal()}, {"max_gradient_difference", v.max_gradient_difference()},
+                    {"max_buffer_difference", v.max_buffer_difference()},
+                    {"output_difference", v.output_max_abs_difference}};
+  }
 
   std::vector<train::StepRecord> records;
   const int64_t report_every = std::max<int64_t>(1, o.steps / 10);
@@ -106,6 +96,7 @@ void run_train(TrainFlags& flags) {
   std::vector<double> losses;
   for (const auto& r : records) losses.push_back(r.loss);
   report["losses"] = losses;
+  if (flags.verify) report["verify"] = verification;
   report["final_loss"] = records.empty() ? nlohmann::json() : nlohmann::json(records.back().loss);
   report["config"] = {{"layers", o.model.layers}, {"hidden", o.model.hidden}, {"heads", o.model.heads},
                       {"seq", o.model.sequence}, {"batch", o.batch}, {"dropout", o.model.dropout}};
@@ -154,7 +145,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--data", o.data_file, "Train on this text file instead of the fortunes corpus")->group("Training");
   cmd->add_option("--policy", o.policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Memory");
   cmd->add_option("--plan", o.plan_file, "A plan saved as JSON; overrides --policy")->group("Memory");
-  cmd->add_option("--budget", flags->budget,
+  cmd->add_option("--budget", o.budget,
                   "Profile, then train under the fastest plan predicted to fit this activation budget "
                   "(bytes, KiB/MiB/GiB, or % of the unchecked peak); overrides --policy")->group("Memory");
   cmd->add_option("--save", flags->save_dir, "Save the state here at the end (atomically)")->group("State");
@@ -165,6 +156,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--sample", flags->sample_bytes, "Bytes of generated text to show (0: none)")->capture_default_str()
       ->check(CLI::Range(0, 100000))->group("Report");
   cmd->add_flag("--json", flags->json, "Print one JSON object on stdout (human output goes to stderr)")->group("Report");
+  cmd->add_flag("--verify", flags->verify,
+                "Before training, run one step plain and one under the plan from the same RNG state and print "
+                "the largest gradient difference (0 on CPU)")
+      ->group("Report");
   cmd->callback([flags] { run_train(*flags); });
 }
 

@@ -16,6 +16,7 @@
 #include "files.h"
 #include "model_flags.h"
 #include "planning.h"
+#include "remat/models/gpt_policies.h"
 #include "remat/error.h"
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
@@ -64,8 +65,8 @@ class StepServer {
     const auto& trace_json = request.contains("trace") ? request["trace"] : nlohmann::json("");
     REMAT_CHECK(trace_json.is_string(), "\"trace\" must be a file name, got ", trace_json.dump(), ".");
     const std::string trace = trace_json.get<std::string>();
-    models::GptChain& chain = policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
-    const Plan plan = policy_plan(policy, chain);
+    models::GptChain& chain = models::gpt_policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
+    const Plan plan = models::gpt_policy_plan(policy, chain);
     nlohmann::json reply = {{"policy", policy}, {"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
                             {"activation_peak_bytes", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
     for (int s = 0; s < steps; ++s) {

@@ -101,36 +101,36 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
 
 std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
   std::error_code error;
-  REMAT_CHECK(fs::is_directory(dir, error), "--resume: '", dir.string(), "' is not a directory of saved state; pass the ",
-              "directory given to --save.");
+  REMAT_CHECK(fs::is_directory(dir, error), "resume: '", dir.string(), "' is not a directory of saved state; pass the ",
+              "directory a state was saved to.");
   const fs::path latest = dir / "latest";
-  REMAT_CHECK(fs::exists(latest, error), "--resume: '", dir.string(), "' holds no saved state (no 'latest' file).");
+  REMAT_CHECK(fs::exists(latest, error), "resume: '", dir.string(), "' holds no saved state (no 'latest' file).");
   std::string name;
   {
     std::ifstream in(latest);
     std::getline(in, name);
   }
   const fs::path state = dir / name;
-  REMAT_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(state, error), "--resume: '",
+  REMAT_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(state, error), "resume: '",
               latest.string(), "' names '", name, "', which is not a state directory; the state is corrupt.");
   nlohmann::json meta;
   try {
     std::ifstream in(state / "meta.json");
     meta = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, "--resume: '", (state / "meta.json").string(), "' is not valid JSON (", e.what(),
+    REMAT_CHECK(false, "resume: '", (state / "meta.json").string(), "' is not valid JSON (", e.what(),
                 "); the state is corrupt.");
   }
-  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), "--resume: '",
+  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), "resume: '",
               (state / "meta.json").string(), "' lists no files; the state is corrupt.");
   for (const auto& [file, info] : meta["files"].items()) {
     const fs::path path = state / file;
-    REMAT_CHECK(fs::exists(path, error), "--resume: state file '", path.string(), "' is missing.");
+    REMAT_CHECK(fs::exists(path, error), "resume: state file '", path.string(), "' is missing.");
     const auto expected_bytes = info.value("bytes", static_cast<uint64_t>(0));
     const auto bytes = fs::file_size(path);
-    REMAT_CHECK(bytes == expected_bytes, "--resume: state file '", path.string(), "' has ", bytes, " bytes but ",
+    REMAT_CHECK(bytes == expected_bytes, "resume: state file '", path.string(), "' has ", bytes, " bytes but ",
                 expected_bytes, " were written: it is truncated or was changed. Resume from another copy.");
-    REMAT_CHECK(fnv1a64(path) == info.value("fnv1a64", std::string()), "--resume: state file '", path.string(),
+    REMAT_CHECK(fnv1a64(path) == info.value("fnv1a64", std::string()), "resume: state file '", path.string(),
                 "' does not match its checksum: it is corrupt. Resume from another copy.");
   }
   return {state, meta};

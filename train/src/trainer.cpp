@@ -12,9 +12,11 @@
 
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
+#include "remat/statistics.h"
 #include "remat/memory.h"
 #include "remat/models/estimator.h"
-#include "remat/policies.h"
+#include "remat/models/gpt_planning.h"
+#include "remat/models/gpt_policies.h"
 #include "remat/train/state_dir.h"
 
 namespace remat::train {
@@ -28,11 +30,6 @@ nlohmann::json config_json(const models::GptConfig& c) {
           {"vocabulary", c.vocabulary}, {"dropout", c.dropout}};
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
-
 std::string read_text(const std::string& path, const std::string& what) {
   std::error_code error;
   REMAT_CHECK(fs::is_regular_file(path, error), what, " '", path, "' does not exist or is not a file.");
@@ -44,12 +41,15 @@ std::string read_text(const std::string& path, const std::string& what) {
 
 void check_options(const TrainOptions& o) {
   o.model.validate();
-  REMAT_CHECK(o.model.vocabulary == 256, "the byte-level corpus needs --vocab 256, got ", o.model.vocabulary, ".");
-  REMAT_CHECK(o.batch >= 1, "--batch must be at least 1, got ", o.batch, ".");
-  REMAT_CHECK(o.lr > 0 && o.lr < 10, "--lr must be in (0, 10), got ", o.lr, ".");
-  REMAT_CHECK(o.warmup_steps >= 0, "--warmup must be >= 0, got ", o.warmup_steps, ".");
-  REMAT_CHECK(o.steps >= 0, "--steps must be >= 0, got ", o.steps, ".");
-  REMAT_CHECK(o.threads >= 1, "--threads must be at least 1, got ", o.threads, ".");
+  REMAT_CHECK(o.model.vocabulary == 256, "the byte-level corpus needs GptConfig::vocabulary 256, got ", o.model.vocabulary, ".");
+  REMAT_CHECK(o.batch >= 1, "TrainOptions::batch must be at least 1, got ", o.batch, ".");
+  REMAT_CHECK(o.lr > 0 && o.lr < 10, "TrainOptions::lr must be in (0, 10), got ", o.lr, ".");
+  REMAT_CHECK(o.warmup_steps >= 0, "TrainOptions::warmup_steps must be >= 0, got ", o.warmup_steps, ".");
+  REMAT_CHECK(o.steps >= 0, "TrainOptions::steps must be >= 0, got ", o.steps, ".");
+  REMAT_CHECK(o.threads >= 1, "TrainOptions::threads must be at least 1, got ", o.threads, ".");
+  REMAT_CHECK(o.budget.empty() || o.plan_file.empty(), "give TrainOptions::budget or TrainOptions::plan_file, not both.");
+  REMAT_CHECK(o.profile_repeats >= 1, "TrainOptions::profile_repeats must be at least 1, got ", o.profile_repeats, ".");
+  if (!o.budget.empty()) Budget{o.budget};  // its form, before anything is allocated
 }
 
 // Refuses configurations that cannot fit in this machine's memory before allocating anything,
@@ -63,8 +63,16 @@ void check_fits_in_memory(const TrainOptions& o, const std::string& granularity,
   const auto costs = models::estimate_gpt(o.model, eo).costs;
   const models::GptChainShape shape(o.model.layers, granularity);
   if (plan) plan->validate_against(shape);  // before costing it: a plan for another chain is its own error
-  const Plan p = plan ? *plan : policy_plan(o.policy, shape);
-  const double activations = static_cast<double>(simulate(models::to_half_granularity(p), costs).peak_bytes);
+  double activations = 0;
+  if (o.budget.empty()) {
+    const Plan p = plan ? *plan : models::gpt_policy_plan(o.policy, shape);
+    activations = static_cast<double>(simulate(models::to_half_granularity(p), costs).peak_bytes);
+  } else {
+    // A plan for the budget keeps at most the budget, and never more than the unchecked plan.
+    const models::GptCosts estimated{costs};
+    const int64_t unchecked = estimated.unchecked_peak_bytes();
+    activations = static_cast<double>(std::min(unchecked, Budget(o.budget).bytes(unchecked)));
+  }
   const double h = static_cast<double>(o.model.hidden), v = static_cast<double>(o.model.vocabulary);
   const double parameters = static_cast<double>(o.model.layers) * 12.0 * h * h + (v + o.model.sequence) * h + v * h;
   const double needed = parameters * 4.0 * 4.0 + activations;  // weights, grads, 2 moments (fp32)
@@ -75,7 +83,7 @@ void check_fits_in_memory(const TrainOptions& o, const std::string& granularity,
   REMAT_CHECK(needed < 0.9 * available, "this configuration needs about ", needed / gib, " GiB (",
               parameters * 16.0 / gib, " GiB of parameters, gradients and AdamW state, ", activations / gib,
               " GiB of activations under the plan) but this machine has ", available / gib,
-              " GiB. Use smaller --layers/--hidden/--seq/--batch, a checkpointing --policy, or --budget.");
+              " GiB. Use a smaller GptConfig (layers, hidden, sequence) or TrainOptions::batch, a checkpointing policy, or a budget.");
 }
 
 }  // namespace
@@ -88,14 +96,15 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   // Everything that can be wrong with the input is checked before any state is touched.
   corpus_ = std::make_unique<Corpus>(options_.data_file.empty() ? Corpus::from_fortunes(options_.corpus_dir)
                                                                 : Corpus::from_file(options_.data_file));
-  std::optional<Plan> loaded_plan = options_.plan;
-  if (loaded_plan) {
-    plan_source_ = options_.plan_description.empty() ? "given plan" : options_.plan_description;
-  } else if (!options_.plan_file.empty()) {
+  std::optional<Plan> loaded_plan;
+  if (!options_.plan_file.empty()) {
     loaded_plan = Plan::from_json(read_text(options_.plan_file, "plan file"), options_.plan_file);
     plan_source_ = options_.plan_file;
   }
-  const std::string granularity = loaded_plan ? loaded_plan->granularity : policy_granularity(options_.policy);
+  // A budget's plan is made on the half-block chain.
+  const std::string granularity = loaded_plan                  ? loaded_plan->granularity
+                                  : !options_.budget.empty() ? "half"
+                                                             : models::gpt_policy_granularity(options_.policy);
   REMAT_CHECK(granularity == "block" || granularity == "half", options_.plan_file, ": granularity '", granularity,
               "' is not one this model offers ('block' or 'half').");
 
@@ -105,16 +114,16 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   if (!options_.resume_dir.empty()) {
     resumed = load_state_dir(options_.resume_dir);
     const auto& meta = resumed.second;
-    REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), "--resume: '",
+    REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), "resume: '",
                 resumed.first.string(), "/meta.json' lacks config, step or sampler state; the state is corrupt.");
     const auto saved = meta["config"];
     const auto wanted = config_json(options_.model);
     for (const auto& [key, value] : wanted.items()) {
-      REMAT_CHECK(saved.contains(key) && saved[key] == value, "--resume: the state in '", options_.resume_dir,
+      REMAT_CHECK(saved.contains(key) && saved[key] == value, "resume: the state in '", options_.resume_dir,
                   "' was saved for a model with ", key, " ", saved.value(key, nlohmann::json()).dump(),
-                  " but this run asks for ", value.dump(), ". Use the same model flags as the saved run.");
+                  " but this run asks for ", value.dump(), ". Use the same GptConfig as the saved run.");
     }
-    REMAT_CHECK(meta.value("batch", int64_t{0}) == options_.batch, "--resume: the saved run used --batch ",
+    REMAT_CHECK(meta.value("batch", int64_t{0}) == options_.batch, "resume: the saved run used TrainOptions::batch ",
                 meta.value("batch", int64_t{0}), ", this run asks for ", options_.batch, ".");
   }
 
@@ -122,9 +131,24 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   model_ = models::Gpt(options_.model);
   model_->train();
   chain_ = std::make_unique<models::GptChain>(model_, granularity);
-  plan_ = loaded_plan ? *loaded_plan : policy_plan(options_.policy, *chain_);
-  if (!loaded_plan) plan_source_ = "policy " + options_.policy;
-  plan_.validate_against(*chain_);
+  if (loaded_plan) {
+    plan_ = *loaded_plan;
+  } else if (!options_.budget.empty()) {
+    // Profiled on the run's first batch (a sampler of its own: the run's batches are unchanged);
+    // profiling leaves the model, its gradients and the RNG as they were.
+    BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);
+    const auto [tokens, targets] = first.next();
+    const models::GptCosts costs = models::profile_gpt(model_, tokens, targets, options_.profile_repeats);
+    budget_plan_ = models::gpt_plan_for_budget(costs, options_.budget, options_.memory_slots);
+    plan_ = budget_plan_->plan;
+    plan_source_ = "optimal for budget " + options_.budget + " = " + format_bytes(budget_plan_->budget_bytes) +
+                   ", predicted peak " + format_bytes(budget_plan_->prediction.peak_bytes) + ", overhead " +
+                   std::to_string(static_cast<int>(std::lround(100.0 * budget_plan_->predicted_overhead()))) + "%";
+  } else {
+    plan_ = models::gpt_policy_plan(options_.policy, *chain_);
+    plan_source_ = "policy " + options_.policy;
+  }
+  plan_.bind_to(*chain_);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
   sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch, options_.model.sequence, options_.seed);
@@ -139,7 +163,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
       at::Generator generator = at::detail::getDefaultCPUGenerator();
       generator.set_state(rng);
     } catch (const c10::Error& e) {
-      REMAT_CHECK(false, "--resume: cannot load the state in '", state.string(), "': ", e.what_without_backtrace());
+      REMAT_CHECK(false, "resume: cannot load the state in '", state.string(), "': ", e.what_without_backtrace());
     }
     sampler_->set_state(meta["sampler"].get<std::string>());
     step_ = meta["step"].get<int64_t>();
@@ -184,29 +208,19 @@ void Trainer::save(const std::string& dir) const {
 
 std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
                                            const at::Tensor& targets, int steps, const MeasureProgress& progress) {
-  REMAT_CHECK(steps >= 1, "measure_plans: steps must be at least 1.");
-  install_cpu_memory_tracker();
   models::GptChain block_chain(model, "block"), half_chain(model, "half");
   block_chain.set_targets(targets);
   half_chain.set_targets(targets);
-  std::vector<std::vector<double>> seconds(plans.size());
-  std::vector<PlanMeasurement> result(plans.size());
-  for (int round = -1; round < steps; ++round) {  // round -1 warms up (and allocates gradients)
-    for (size_t p = 0; p < plans.size(); ++p) {
-      if (progress) progress(round + 1, steps + 1, p);
-      models::GptChain& chain = plans[p].granularity == "half" ? half_chain : block_chain;
-      model->zero_grad(/*set_to_none=*/false);
-      const auto m = measure_step([&] { return run_plan(chain, plans[p], tokens); });
-      if (round < 0) continue;
-      seconds[p].push_back(m.step_seconds);
-      result[p].activation_peak_bytes = std::max(result[p].activation_peak_bytes, m.activation_peak_bytes());
-    }
-  }
-  for (size_t p = 0; p < plans.size(); ++p) {
-    result[p].step_seconds = median(seconds[p]);
-    result[p].all_step_seconds = seconds[p];
-  }
-  return result;
+  return remat::measure_plans(
+      [&](const Plan& plan) -> Chain& { return plan.granularity == "half" ? half_chain : block_chain; }, plans, tokens,
+      steps, progress);
+}
+
+PlanVerification Trainer::verify() {
+  BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);  // the run's batches unchanged
+  auto [tokens, targets] = first.next();
+  chain_->set_targets(targets);
+  return verify_plan(*chain_, plan_, tokens);
 }
 
 CompareResult Trainer::compare(int steps) {

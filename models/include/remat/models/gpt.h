@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -96,6 +97,11 @@ class GptImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
+/// What a stage of the GPT's chain is: embed, block (granularity "block"), attention or MLP half
+/// (granularity "half"), head.
+enum class GptStage { embed, block, attention, mlp, head };
+GptStage gpt_stage_kind(int64_t index, int64_t stages, const std::string& granularity);
+
 /// The same plan at half-block granularity: block i becomes attn i, mlp i at the same place (in
 /// the same segment); a block option applies to both halves where the half offers it. Plans of both
 /// granularities are then costed on one (half-block) cost table.
@@ -114,6 +120,7 @@ class GptChain : public Chain {
   /// Attention, MLP and block stages skip their final projection's matmul (fused_ops.h).
   at::Tensor forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) override;
   std::vector<at::Tensor> stage_parameters(int64_t index) const override;
+  std::vector<std::string> stage_parameter_names(int64_t index) const override;
 
   /// The next-token targets (B,T) the head stage's loss uses.
   void set_targets(const at::Tensor& targets) { targets_ = targets; }
@@ -123,6 +130,8 @@ class GptChain : public Chain {
   Gpt model_;
   std::string granularity_;
   at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only);
+  /// The modules stage `index` runs, with their names in the model.
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> stage_modules(int64_t index) const;
 
   std::vector<StageInfo> stages_;
   at::Tensor targets_;

@@ -1,6 +1,6 @@
 // Training the GPT on a text corpus under a checkpointing plan, one measured step at a time.
 //
-//   remat::train::TrainOptions options;       // model, optimiser, data, policy or plan file
+//   remat::train::TrainOptions options;       // model, optimiser, data; a policy, a plan file or a budget
 //   remat::train::Trainer trainer(options);   // builds (or resumes) everything, validating input
 //   for (int i = 0; i < options.steps; ++i) trainer.step();
 //   trainer.save("run1");                     // atomic: a crash keeps the previous state
@@ -14,8 +14,10 @@
 
 #include <torch/optim/adamw.h>
 
+#include "remat/budget_planner.h"
 #include "remat/models/gpt.h"
 #include "remat/plan.h"
+#include "remat/plan_measurement.h"
 #include "remat/train/corpus.h"
 
 namespace remat::train {
@@ -27,10 +29,11 @@ struct TrainOptions {
   int64_t warmup_steps = 20;    ///< linear warm-up from lr/warmup to lr
   double weight_decay = 0.01;
   int64_t steps = 100;          ///< steps this run performs (a resumed run continues its count)
-  std::string policy = "none";  ///< a policy name; ignored when `plan_file` is set
-  std::string plan_file;        ///< a plan saved as JSON (remat plan --save)
-  std::optional<Plan> plan;     ///< a plan made by the caller (a planner); overrides the two above
-  std::string plan_description; ///< where `plan` came from, for reports
+  std::string policy = "none";  ///< a GPT policy (models/gpt_policies.h); used when the next two are empty
+  std::string plan_file;        ///< a plan saved as JSON (Plan::to_json)
+  std::string budget;           ///< plan for this activation budget (Budget's forms: "50%", "512MiB")
+  int profile_repeats = 3;      ///< profiling runs per stage, when planning for `budget`
+  int64_t memory_slots = 1000;  ///< the planner's memory grid, when planning for `budget`
   int threads = 2;
   uint64_t seed = 0;
   std::string data_file;                            ///< empty: the default corpus
@@ -46,17 +49,8 @@ struct StepRecord {
   int64_t tokens = 0;
 };
 
-struct PlanMeasurement {
-  int64_t activation_peak_bytes = 0;  ///< the largest over the measured steps
-  double step_seconds = 0;            ///< median forward + backward
-  std::vector<double> all_step_seconds;  ///< every measured step, in order
-};
-
-/// Called before each step of measure_plans: round 0 is the warm-up, 1..steps are measured.
-using MeasureProgress = std::function<void(int round, int rounds, size_t plan)>;
-
-/// Measures forward + backward of each plan on one batch, `steps` times each after one warm-up
-/// round, interleaved so machine drift hits all alike; the model is not updated.
+/// remat::measure_plans for GPT plans of either granularity on one batch, interleaved; the model is
+/// not updated.
 std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
                                            const at::Tensor& targets, int steps, const MeasureProgress& progress = {});
 
@@ -79,6 +73,11 @@ class Trainer {
   std::string sample(const std::string& prompt, int64_t length, uint64_t seed);
 
   const Plan& plan() const { return plan_; }
+  /// The planner's result when the plan was made for TrainOptions::budget.
+  const std::optional<BudgetPlan>& budget_plan() const { return budget_plan_; }
+  /// One step plain and one under the plan on the run's first batch (remat::verify_plan); no
+  /// update, and the model, its gradients and the RNG are left as they were.
+  PlanVerification verify();
   const std::string& plan_source() const { return plan_source_; }
   models::Gpt model() const { return model_; }
   int64_t global_step() const { return step_; }
@@ -94,6 +93,7 @@ class Trainer {
   std::unique_ptr<models::GptChain> chain_;
   Plan plan_;
   std::string plan_source_;
+  std::optional<BudgetPlan> budget_plan_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
   std::string threads_description_;

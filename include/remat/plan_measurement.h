@@ -1,0 +1,62 @@
+// remat/plan_measurement.h — running plans for real: what they cost, and whether they are exact.
+//
+//   auto measured = remat::measure_plans(chain, {plain, planned}, x, 7);   // interleaved steps
+//   remat::PlanVerification v = remat::verify_plan(chain, planned, x);     // against the plain plan
+//   std::cout << v.to_string();   // max |Δgrad| over parameters, buffer differences
+//
+// Both run forward and backward of the whole chain (its last stage returning a scalar loss, or any
+// tensor for verify_plan, back-propagated with ones) and leave the model as they found it:
+// gradients, buffers and RNG streams are restored afterwards.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "remat/plan.h"
+
+namespace remat {
+
+struct PlanMeasurement {
+  int64_t activation_peak_bytes = 0;     ///< the largest over the measured steps
+  double step_seconds = 0;               ///< median forward + backward
+  std::vector<double> all_step_seconds;  ///< every measured step, in order
+};
+
+/// Called before each step: round 0 is the warm-up, 1..steps are measured; `plan` indexes plans.
+using MeasureProgress = std::function<void(int round, int rounds, size_t plan)>;
+
+/// Measures forward + backward of each plan on `input`, `steps` times each after one warm-up
+/// round, interleaved so that machine drift hits all alike; gradients are zeroed (kept allocated,
+/// as between training steps) before each step. `chain_for` gives the chain a plan runs on.
+std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
+                                           const std::vector<Plan>& plans, const at::Tensor& input, int steps,
+                                           const MeasureProgress& progress = {});
+/// The same, every plan on one chain.
+std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
+                                           int steps, const MeasureProgress& progress = {});
+
+/// How far one tensor of a planned step is from the plain step's.
+struct TensorDifference {
+  std::string name;
+  double max_abs_difference = 0;  ///< +inf where one of the two is undefined (no gradient)
+};
+
+/// One step plain and one under a plan, from the same RNG state, buffers and zeroed gradients.
+struct PlanVerification {
+  double output_max_abs_difference = 0;    ///< of the chain's output (the loss)
+  std::vector<TensorDifference> gradients;  ///< one per parameter, in stage order
+  std::vector<TensorDifference> buffers;    ///< one per buffer the stages update, after the step
+  bool identical = false;                   ///< output, gradients and buffers equal element for element
+  double max_gradient_difference() const;
+  double max_buffer_difference() const;
+  /// Output, every gradient and every buffer equal (expected on CPU, where kernels are deterministic).
+  bool bitwise_equal() const { return identical; }
+  /// A few lines: the maxima, and the parameters and buffers that differ.
+  std::string to_string() const;
+};
+
+PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& input);
+
+}  // namespace remat

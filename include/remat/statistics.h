@@ -1,0 +1,19 @@
+// remat/statistics.h — the one median remat's measurements use (times of repeated runs).
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+namespace remat {
+
+/// The median of `values` (the mean of the middle two for an even count); 0 when empty.
+inline double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  if (values.size() % 2 == 1) return values[mid];
+  const double upper = values[mid];
+  return 0.5 * (*std::max_element(values.begin(), values.begin() + mid) + upper);
+}
+
+}  // namespace remat

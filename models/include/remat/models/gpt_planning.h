@@ -1,0 +1,43 @@
+// Planning for the GPT: its cost table at half-block granularity (plans of both granularities are
+// costed on it, block plans through to_half_granularity, so all predictions share one basis), and
+// the library's budget planner and comparisons over the GPT's own policies.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "remat/budget_planner.h"
+#include "remat/models/gpt.h"
+
+namespace remat::models {
+
+struct GptCosts {
+  CostTable half;
+  int64_t layers() const { return (static_cast<int64_t>(half.stages.size()) - 2) / 2; }
+  Prediction predict(const Plan& plan) const;
+  /// Predicted activation peak and time of the unchecked plan.
+  Prediction unchecked() const;
+  int64_t unchecked_peak_bytes() const { return unchecked().peak_bytes; }
+};
+
+/// Profiles `model` (half-block chain) on one batch.
+GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats);
+
+/// A cost table's JSON (CostTable::to_json of a half-block GPT profile), checked to be one;
+/// `source` names it in errors.
+GptCosts gpt_costs_from_json(const std::string& text, const std::string& source);
+
+/// Throws unless `costs` describe a GPT of `config` at batch `batch`: its depth, and the bytes of
+/// one activation between stages (batch × sequence × hidden × 4), naming the fields that differ.
+void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source);
+
+/// The optimal plan (half-block chain) for `budget`; throws naming the least feasible budget.
+BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots = 1000);
+
+/// Every GPT policy compare_planners tries (generic and GPT-specific, with and without ",skip-ends").
+std::vector<std::string> gpt_policy_candidates();
+
+/// Those policies, Revolve and Chen at `budget_bytes`, all costed on the half-block table.
+std::vector<PlanCandidate> gpt_compare_planners(const GptCosts& costs, int64_t budget_bytes, int64_t memory_slots = 1000);
+
+}  // namespace remat::models

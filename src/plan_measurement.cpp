@@ -1,0 +1,154 @@
+#include "remat/plan_measurement.h"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/ones_like.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "detail/chain_state.h"
+#include "remat/error.h"
+#include "remat/memory.h"
+#include "remat/statistics.h"
+
+namespace remat {
+namespace {
+
+void zero_gradients(const std::vector<detail::NamedParameter>& parameters) {
+  c10::NoGradGuard no_grad;
+  for (const auto& p : parameters) {
+    if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+  }
+}
+
+double max_abs_difference(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() && !b.defined()) return 0.0;
+  if (!a.defined() || !b.defined() || a.sizes() != b.sizes()) return std::numeric_limits<double>::infinity();
+  if (a.numel() == 0) return 0.0;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+bool equal_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() && a.equal(b);
+}
+
+}  // namespace
+
+std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
+                                           const std::vector<Plan>& plans, const at::Tensor& input, int steps,
+                                           const MeasureProgress& progress) {
+  REMAT_CHECK(steps >= 1, "measure_plans: steps must be at least 1, got ", steps, ".");
+  REMAT_CHECK(!plans.empty(), "measure_plans: give at least one plan.");
+  for (const auto& plan : plans) plan.validate_against(chain_for(plan));
+  if (input.device().is_cpu()) install_cpu_memory_tracker();
+  std::vector<std::unique_ptr<detail::ChainStateGuard>> guards;  // one per distinct chain
+  std::vector<const Chain*> guarded;
+  for (const auto& plan : plans) {
+    Chain& chain = chain_for(plan);
+    if (std::find(guarded.begin(), guarded.end(), &chain) != guarded.end()) continue;
+    guarded.push_back(&chain);
+    guards.push_back(std::make_unique<detail::ChainStateGuard>(chain, input));
+  }
+  std::vector<std::vector<double>> seconds(plans.size());
+  std::vector<PlanMeasurement> result(plans.size());
+  for (int round = -1; round < steps; ++round) {  // round -1 warms up (and allocates gradients)
+    for (size_t p = 0; p < plans.size(); ++p) {
+      if (progress) progress(round + 1, steps + 1, p);
+      Chain& chain = chain_for(plans[p]);
+      zero_gradients(detail::chain_parameters(chain));
+      const auto m = measure_step([&] { return run_plan(chain, plans[p], input); }, input.device());
+      if (round < 0) continue;
+      seconds[p].push_back(m.step_seconds);
+      result[p].activation_peak_bytes = std::max(result[p].activation_peak_bytes, m.activation_peak_bytes());
+    }
+  }
+  for (size_t p = 0; p < plans.size(); ++p) {
+    result[p].step_seconds = median(seconds[p]);
+    result[p].all_step_seconds = seconds[p];
+  }
+  return result;
+}
+
+std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
+                                           int steps, const MeasureProgress& progress) {
+  return measure_plans([&chain](const Plan&) -> Chain& { return chain; }, plans, input, steps, progress);
+}
+
+double PlanVerification::max_gradient_difference() const {
+  double out = 0;
+  for (const auto& g : gradients) out = std::max(out, g.max_abs_difference);
+  return out;
+}
+
+double PlanVerification::max_buffer_difference() const {
+  double out = 0;
+  for (const auto& b : buffers) out = std::max(out, b.max_abs_difference);
+  return out;
+}
+
+std::string PlanVerification::to_string() const {
+  std::ostringstream os;
+  os << (bitwise_equal() ? "bitwise equal to the plain step" : "differs from the plain step") << ": output max |d| "
+     << output_max_abs_difference << ", gradients max |d| " << max_gradient_difference() << " over "
+     << gradients.size() << " parameters, buffers max |d| " << max_buffer_difference() << " over " << buffers.size()
+     << " buffers\n";
+  for (const auto* list : {&gradients, &buffers}) {
+    for (const auto& d : *list) {
+      if (d.max_abs_difference != 0) os << "  " << d.name << ": max |d| " << d.max_abs_difference << "\n";
+    }
+  }
+  return os.str();
+}
+
+PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
+  plan.validate_against(chain);
+  REMAT_CHECK(c10::GradMode::is_enabled(), "verify_plan: grad mode is disabled; call it outside torch::NoGradGuard.");
+  detail::ChainStateGuard guard(chain, input);
+  const auto parameters = detail::chain_parameters(chain);
+  const auto buffers = detail::chain_buffers(chain);
+
+  struct Step {
+    at::Tensor output;
+    std::vector<at::Tensor> gradients, buffers;
+  };
+  auto run = [&](const Plan& p) {
+    guard.restore_buffers();
+    guard.rng().restore();
+    {
+      c10::NoGradGuard no_grad;
+      for (const auto& parameter : parameters) parameter.tensor.mutable_grad() = at::Tensor();
+    }
+    Step step;
+    at::Tensor out = run_plan(chain, p, input);
+    REMAT_CHECK(out.requires_grad(), "verify_plan: the chain's output does not require grad; nothing to compare.");
+    torch::autograd::backward({out}, {at::ones_like(out)});
+    step.output = out.detach().clone();
+    for (const auto& parameter : parameters) {
+      step.gradients.push_back(parameter.tensor.grad().defined() ? parameter.tensor.grad().clone() : at::Tensor());
+    }
+    for (const auto& b : buffers) step.buffers.push_back(b.tensor.detach().clone());
+    return step;
+  };
+  const Step plain = run(Plan::plain(chain));
+  const Step planned = run(plan);
+
+  PlanVerification v;
+  v.output_max_abs_difference = max_abs_difference(plain.output, planned.output);
+  bool bits = equal_bits(plain.output, planned.output);
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    v.gradients.push_back({parameters[i].name, max_abs_difference(plain.gradients[i], planned.gradients[i])});
+    bits = bits && equal_bits(plain.gradients[i], planned.gradients[i]);
+  }
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    v.buffers.push_back({buffers[i].name, max_abs_difference(plain.buffers[i], planned.buffers[i])});
+    bits = bits && equal_bits(plain.buffers[i], planned.buffers[i]);
+  }
+  v.identical = bits;
+  return v;
+}
+
+}  // namespace remat

@@ -1,0 +1,286 @@
+// Planning any sequential model: SequentialChain, plan_for_budget, Planned and verify_plan on an
+// MLP with dropout and a conv net with BatchNorm — exact gradients and statistics under every plan
+// the planner makes, models left untouched by profiling, and clear errors for what cannot work.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/budget_planner.h"
+#include "remat/memory.h"
+#include "remat/plan_measurement.h"
+#include "remat/profiler.h"
+#include "remat/planned.h"
+#include "remat/policies.h"
+#include "remat/sequential_chain.h"
+#include "support/compare.h"
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+using remat::testing::bitwise_equal;
+
+namespace {
+
+nn::Sequential mlp(int64_t layers = 6, int64_t width = 32) {
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int64_t i = 0; i < layers; ++i) {
+    net->push_back(nn::Linear(width, 4 * width));
+    net->push_back(nn::GELU());
+    net->push_back(nn::Dropout(0.1));
+    net->push_back(nn::Linear(4 * width, width));
+  }
+  net->push_back(nn::Linear(width, 10));
+  return net;
+}
+
+nn::Sequential convnet() {
+  torch::manual_seed(0);
+  return nn::Sequential(nn::Conv2d(nn::Conv2dOptions(3, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),
+                        nn::Conv2d(nn::Conv2dOptions(8, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),
+                        nn::Conv2d(nn::Conv2dOptions(8, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),
+                        nn::Flatten(), nn::Linear(8 * 16 * 16, 10));
+}
+
+struct Outcome {
+  std::vector<double> losses;
+  std::vector<std::pair<std::string, at::Tensor>> grads;  // after the last step
+  std::vector<at::Tensor> buffers;                        // after the last step
+};
+
+// `steps` forward+backward passes of `plan` (no update), each from seed s, on fixed data.
+Outcome run_steps(nn::Sequential net, const remat::Plan* plan, const at::Tensor& x, const at::Tensor& y, int steps) {
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  Outcome o;
+  for (int s = 0; s < steps; ++s) {
+    net->zero_grad();
+    torch::manual_seed(100 + s);
+    at::Tensor loss = plan ? remat::run_plan(chain, *plan, x) : chain.forward_stage(chain.size() - 1, net->forward(x), "full");
+    loss.backward();
+    o.losses.push_back(loss.item<double>());
+  }
+  o.grads = remat::testing::parameter_grads(*net);
+  for (const auto& b : net->buffers()) o.buffers.push_back(b.clone());
+  return o;
+}
+
+void expect_identical(const Outcome& a, const Outcome& b) {
+  EXPECT_EQ(a.losses, b.losses);
+  ASSERT_EQ(a.grads.size(), b.grads.size());
+  for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(bitwise_equal(a.grads[i].second, b.grads[i].second)) << a.grads[i].first;
+  ASSERT_EQ(a.buffers.size(), b.buffers.size());
+  for (size_t i = 0; i < a.buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(a.buffers[i], b.buffers[i])) << "buffer " << i;
+}
+
+int count_segments(const std::vector<remat::PlanItem>& items) {
+  int n = 0;
+  for (const auto& item : items) n += item.is_stage() ? 0 : 1 + count_segments(item.segment);
+  return n;
+}
+
+}  // namespace
+
+TEST(SequentialChain, StagesAreTheModulesAndTheLoss) {
+  nn::Sequential net = convnet();
+  const at::Tensor y = torch::zeros({2}, torch::kLong);
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  ASSERT_EQ(chain.size(), 12);
+  EXPECT_EQ(chain.stages()[0].name, "conv2d0");
+  EXPECT_EQ(chain.stages()[1].name, "batchnorm2d1");
+  EXPECT_EQ(chain.stages()[11].name, "loss");
+  EXPECT_EQ(chain.stages()[11].block, -1);
+  EXPECT_EQ(chain.granularity(), "modules");
+  EXPECT_EQ(chain.stage_parameter_names(1), (std::vector<std::string>{"1.weight", "1.bias"}));
+  EXPECT_EQ(chain.stage_buffers(1).size(), 3u) << "running mean, variance and count";
+  EXPECT_EQ(remat::policy_plan("block,skip-ends", chain).to_string(),
+            "conv2d0 [batchnorm2d1] [relu2] [conv2d3] [batchnorm2d4] [relu5] [conv2d6] [batchnorm2d7] [relu8] [flatten9] "
+            "linear10 loss");
+
+  remat::SequentialChain grouped(net, nullptr, remat::SequentialChainOptions().group_sizes({3, 3, 3, 2}));
+  EXPECT_EQ(grouped.size(), 4);
+  EXPECT_EQ(grouped.granularity(), "modules:3+3+3+2");
+  EXPECT_EQ(grouped.stages()[0].name, "conv2d0-relu2");
+  EXPECT_EQ(remat::policy_plan("every:2", grouped).to_string(), "[conv2d0-relu2 conv2d3-relu5] [conv2d6-relu8 flatten9-linear10]");
+}
+
+TEST(SequentialChain, DynamicProgramPlansAtSeveralBudgetsGiveBitwiseEqualGradients) {
+  const at::Tensor x = torch::randn({16, 32});
+  const at::Tensor y = torch::randint(0, 10, {16}, torch::kLong);
+  const Outcome plain = run_steps(mlp(), nullptr, x, y, 2);
+  nn::Sequential net = mlp();
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
+  const remat::Plan plain_plan = remat::Plan::plain(chain);
+  const int64_t least = remat::least_feasible_budget(costs, plain_plan);
+  ASSERT_GT(least, 0);
+  std::set<std::string> seen;
+  for (const char* budget : {"30%", "50%", "70%", "100%"}) {
+    remat::BudgetPlan p;
+    try {
+      p = remat::plan_for_budget(costs, plain_plan, budget);
+    } catch (const c10::Error&) {
+      continue;  // below the least feasible budget on this model
+    }
+    SCOPED_TRACE(std::string(budget) + ": " + p.plan.to_string());
+    EXPECT_LE(p.prediction.peak_bytes, p.budget_bytes);
+    seen.insert(p.plan.to_string());
+    expect_identical(plain, run_steps(mlp(), &p.plan, x, y, 2));
+  }
+  EXPECT_GE(seen.size(), 2u) << "the budgets should give different plans";
+  const remat::BudgetPlan tight = remat::plan_for_budget(costs, plain_plan, least + least / 50);
+  EXPECT_GE(count_segments(tight.plan.items), 2);
+  expect_identical(plain, run_steps(mlp(), &tight.plan, x, y, 2));
+}
+
+TEST(SequentialChain, BatchNormStatisticsUpdateOncePerStepUnderEveryPlan) {
+  const at::Tensor x = torch::randn({8, 3, 16, 16});
+  const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
+  const Outcome plain = run_steps(convnet(), nullptr, x, y, 3);
+  nn::Sequential net = convnet();
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
+  std::vector<remat::Plan> plans = {remat::policy_plan("block", chain), remat::policy_plan("every:3", chain),
+                                    remat::policy_plan("sqrt", chain)};
+  for (const char* budget : {"65%", "80%"}) plans.push_back(remat::plan_for_budget(costs, remat::Plan::plain(chain), budget).plan);
+  for (const auto& plan : plans) {
+    SCOPED_TRACE(plan.to_string());
+    const Outcome planned = run_steps(convnet(), &plan, x, y, 3);
+    expect_identical(plain, planned);
+    EXPECT_EQ(planned.buffers.back().item<int64_t>(), 3) << "num_batches_tracked of the last BatchNorm";
+  }
+}
+
+TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
+  nn::Sequential net = convnet();
+  const at::Tensor x = torch::randn({8, 3, 16, 16});
+  const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  F::cross_entropy(net->forward(x), y).backward();  // some gradients and statistics to keep
+  const auto grads = remat::testing::parameter_grads(*net);
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : net->buffers()) buffers.push_back(b.clone());
+  torch::manual_seed(5);
+  const at::Tensor expected_draw = torch::rand({3});
+  torch::manual_seed(5);
+  remat::plan_for_budget(chain, x, "60%", remat::BudgetPlanOptions().repeats(1));
+  EXPECT_TRUE(bitwise_equal(torch::rand({3}), expected_draw)) << "the RNG stream moved";
+  remat::testing::expect_same_grads(grads, remat::testing::parameter_grads(*net));
+  for (size_t i = 0; i < buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(net->buffers()[i], buffers[i])) << i;
+}
+
+TEST(SequentialChain, StagesGivenAsFunctionsWithOptions) {
+  torch::manual_seed(0);
+  nn::Linear a(16, 16), b(16, 16);
+  std::vector<remat::SequentialStage> stages = {
+      {"a", [a](const at::Tensor& x, const std::string& option) mutable {
+         return option == "twice" ? a(a(x)) : a(x);
+       }, {a.ptr()}, {"once", "twice"}},
+      {"b", [b](const at::Tensor& x, const std::string&) mutable { return torch::tanh(b(x)); }, {b.ptr()}}};
+  remat::SequentialChain chain(std::move(stages), [](const at::Tensor& out) { return out.pow(2).mean(); });
+  EXPECT_EQ(chain.granularity(), "stages");
+  remat::Plan plan = remat::policy_plan("block", chain);
+  plan.options[0] = "twice";
+  EXPECT_EQ(plan.to_string(), "[a:twice] [b] loss");
+  const at::Tensor x = torch::randn({4, 16});
+  const remat::PlanVerification v = remat::verify_plan(chain, plan, x);
+  // The plain plan runs "once": the planned one computes something else, and verify says so.
+  EXPECT_FALSE(v.bitwise_equal());
+  EXPECT_GT(v.output_max_abs_difference, 0);
+  plan.options[0] = "once";
+  EXPECT_TRUE(remat::verify_plan(chain, plan, x).bitwise_equal());
+}
+
+TEST(VerifyPlan, ReportsPerParameterDifferencesAndCatchesANondeterministicStage) {
+  const at::Tensor x = torch::randn({8, 3, 16, 16});
+  const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
+  nn::Sequential net = convnet();
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  const remat::PlanVerification ok = remat::verify_plan(chain, remat::policy_plan("every:2", chain), x);
+  EXPECT_TRUE(ok.bitwise_equal()) << ok.to_string();
+  EXPECT_EQ(ok.gradients.size(), 14u);
+  EXPECT_EQ(ok.gradients[0].name, "0.weight");
+  EXPECT_EQ(ok.buffers.size(), 9u);
+
+  // A stage whose recompute differs from its forward (a counter it reads and bumps): the
+  // checkpointed gradient is wrong, and verify_plan shows which parameter it reaches.
+  torch::manual_seed(0);
+  nn::Linear first(8, 8), second(8, 8);
+  auto calls = std::make_shared<int>(0);
+  std::vector<remat::SequentialStage> stages = {
+      {"drifting", [first, calls](const at::Tensor& in, const std::string&) mutable { return first(in) * static_cast<double>(++*calls); }, {first.ptr()}},
+      {"steady", [second](const at::Tensor& in, const std::string&) mutable { return second(in); }, {second.ptr()}}};
+  remat::SequentialChain drifting(std::move(stages), [](const at::Tensor& out) { return out.sum(); });
+  const remat::PlanVerification bad = remat::verify_plan(drifting, remat::policy_plan("block", drifting), torch::randn({2, 8}));
+  EXPECT_FALSE(bad.bitwise_equal());
+  EXPECT_GT(bad.max_gradient_difference(), 0);
+  EXPECT_NE(bad.to_string().find("drifting.0.weight"), std::string::npos) << bad.to_string();
+}
+
+TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
+  nn::Sequential plain = convnet();
+  remat::Planned planned(convnet(), "60%", remat::PlannedOptions().planning(remat::BudgetPlanOptions().repeats(1)));
+  std::vector<std::string> plain_names, planned_names;
+  for (const auto& p : plain->named_parameters()) plain_names.push_back(p.key());
+  for (const auto& p : planned->named_parameters()) planned_names.push_back(p.key());
+  EXPECT_EQ(plain_names, planned_names);
+  EXPECT_EQ(plain->named_buffers().size(), planned->named_buffers().size());
+  EXPECT_FALSE(planned->calibrated());
+  REMAT_EXPECT_ERROR(planned->plan(), "not calibrated yet");
+
+  const at::Tensor x = torch::randn({8, 3, 16, 16});
+  const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
+  for (int step = 0; step < 3; ++step) {
+    for (nn::Sequential net : {plain, planned->sequential()}) {
+      net->zero_grad();
+      torch::manual_seed(step);
+      const at::Tensor out = net.ptr() == plain.ptr() ? plain->forward(x) : planned->forward(x);
+      F::cross_entropy(out, y).backward();
+    }
+  }
+  ASSERT_TRUE(planned->calibrated());
+  EXPECT_LE(planned->budget_plan().prediction.peak_bytes, planned->budget_plan().budget_bytes);
+  EXPECT_GE(count_segments(planned->plan().items), 1) << planned->plan().to_string();
+  remat::testing::expect_same_grads(remat::testing::parameter_grads(*plain), remat::testing::parameter_grads(*planned));
+  for (size_t i = 0; i < plain->buffers().size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(plain->buffers()[i], planned->buffers()[i])) << i;
+  }
+  // A state saved from the plain model loads into the planned one.
+  std::stringstream saved;
+  torch::save(plain, saved);
+  torch::load(planned, saved);
+
+  // Another batch size changes every activation: refused, unless re-planning is asked for.
+  REMAT_EXPECT_ERROR(planned->forward(torch::randn({2, 3, 16, 16})),
+                     "Planned: the plan was made for inputs of [8, 3, 16, 16] Float on cpu but this input is [2, 3, 16, 16]");
+  planned->eval();
+  EXPECT_EQ(planned->forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 10})) << "eval runs plainly";
+  remat::Planned replanning(convnet(), "60%",
+                            remat::PlannedOptions().replan_on_new_shape(true).planning(remat::BudgetPlanOptions().repeats(1)));
+  replanning->forward(x);
+  const int64_t first_budget = replanning->budget_plan().unchecked.peak_bytes;
+  replanning->forward(torch::randn({16, 3, 16, 16}));
+  EXPECT_GT(replanning->budget_plan().unchecked.peak_bytes, first_budget);
+}
+
+TEST(SequentialChain, WhatCannotWorkIsAClearError) {
+  REMAT_EXPECT_ERROR(remat::SequentialChain(nn::Sequential()), "SequentialChain: the model has no modules");
+  REMAT_EXPECT_ERROR(remat::Planned(nn::Sequential(), "50%"), "Planned: the Sequential has no modules");
+
+  // An LSTM returns (output, (h, c)): not one tensor.
+  nn::Sequential lstm(nn::LSTM(8, 8), nn::Linear(8, 8));
+  remat::SequentialChain chain(lstm);
+  REMAT_EXPECT_ERROR(remat::profile_chain(chain, torch::randn({3, 2, 8})),
+                     "SequentialChain: module '0' (torch::nn::LSTMImpl) returned something other than one tensor");
+
+  // A loss that is not a scalar.
+  nn::Sequential net = mlp(2);
+  remat::SequentialChain unreduced(net, [](const at::Tensor& out) { return out.pow(2); });
+  REMAT_EXPECT_ERROR(remat::plan_for_budget(unreduced, torch::randn({4, 32}), "50%"),
+                     "the loss function must return a scalar (one element), got shape [4, 10]");
+
+  // A budget below what any plan needs names the least feasible one.
+  remat::SequentialChain reduced(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
+  REMAT_EXPECT_ERROR(remat::plan_for_budget(reduced, torch::randn({4, 32}), 1000, remat::BudgetPlanOptions().repeats(1)),
+                     "no plan fits a budget of 1000 (1000 bytes): the smallest feasible budget is ");
+  REMAT_EXPECT_ERROR(remat::Budget("12parsecs"), "has an unknown unit 'parsecs'");
+  REMAT_EXPECT_ERROR(remat::SequentialChain(net, nullptr, remat::SequentialChainOptions().group_sizes({2, 2})),
+                     "group_sizes must be positive and sum to the number of modules (9)");
+}
