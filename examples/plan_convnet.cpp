@@ -1,0 +1,87 @@
+// Planning your own model: a conv net of Conv2d / BatchNorm2d / ReLU blocks on random images.
+// BatchNorm's running statistics update once per step under every plan (checked below).
+//
+//   remat_plan_convnet            16 blocks of 32 channels, 32x32 images, batch 32
+//   remat_plan_convnet --quick    a small configuration (what the tests run); --steps N: measured steps
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "remat/budget_planner.h"
+#include "remat/cpu_threads.h"
+#include "remat/memory.h"
+#include "remat/sequential_chain.h"
+#include "support/budget_report.h"
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+
+struct Config {
+  int64_t blocks = 16, channels = 32, size = 32, batch = 32, classes = 10;
+};
+
+// One block: the unit the planner keeps or recomputes. Its BatchNorm output is not kept by
+// anything (ReLU keeps its own output), which a block-sized stage measures exactly.
+struct ConvBlockImpl : nn::Module {
+  ConvBlockImpl(int64_t in, int64_t out)
+      : conv(register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)))),
+        norm(register_module("norm", nn::BatchNorm2d(out))) {}
+  at::Tensor forward(const at::Tensor& x) { return torch::relu(norm(conv(x))); }  // (N,C,H,W) -> (N,C',H,W)
+  nn::Conv2d conv;
+  nn::BatchNorm2d norm;
+};
+TORCH_MODULE(ConvBlock);
+
+nn::Sequential make_convnet(const Config& c) {
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int64_t b = 0; b < c.blocks; ++b) net->push_back("block" + std::to_string(b), ConvBlock(b == 0 ? 3 : c.channels, c.channels));
+  net->push_back("pool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(1)));
+  net->push_back("flatten", nn::Flatten());
+  net->push_back("classifier", nn::Linear(c.channels, c.classes));
+  return net;
+}
+
+int run(int argc, char** argv) {
+  const bool quick = remat_examples::quick_mode(argc, argv);
+  Config config;
+  if (quick) config = Config{16, 8, 16, 8, 10};
+  std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, ReLU) of " << config.channels
+            << " channels, " << config.size << "x" << config.size << " images, batch " << config.batch << ", "
+            << remat::set_cpu_threads(2) << "\n";
+  remat::install_cpu_memory_tracker();
+  remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
+  torch::manual_seed(1);
+  const at::Tensor images = torch::randn({config.batch, 3, config.size, config.size});
+  const at::Tensor labels = torch::randint(0, config.classes, {config.batch}, torch::kLong);
+
+  // The ten lines: a chain over the Sequential with its loss, a plan for the budget, training.
+  nn::Sequential net = make_convnet(config);
+  remat::SequentialChain chain(net, [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); });
+  remat::BudgetPlan planned = remat::plan_for_budget(chain, images, "50%");
+  std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
+            << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes) << "\n";
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  for (int step = 1; step <= 3; ++step) {
+    sgd.zero_grad();
+    const remat::StepMeasurement m = remat::measure_step([&] { return remat::run_plan(chain, planned.plan, images); });
+    sgd.step();
+    std::cout << "  step " << step << ": measured activation peak " << remat::format_bytes(m.activation_peak_bytes())
+              << ", " << m.step_seconds << " s\n";
+  }
+  std::cout << "\n";
+
+  const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
+  return remat_examples::report_budgets(
+      [&] { return make_convnet(config); },
+      [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); }, images, options);
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}

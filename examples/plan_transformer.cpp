@@ -1,0 +1,80 @@
+// Planning your own model: a stack of torch::nn::TransformerEncoderLayer on random embeddings.
+//
+// The ten lines a user writes are in train_under_budget(); the rest (support/budget_report.h)
+// measures what the plan costs against what the planner predicted, beside the generic policies.
+//
+//   remat_plan_transformer            12 layers, d_model 256, 8 heads, sequence 128, batch 8
+//   remat_plan_transformer --quick    a small configuration (what the tests run); --steps N: measured steps
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "remat/budget_planner.h"
+#include "remat/cpu_threads.h"
+#include "remat/memory.h"
+#include "remat/sequential_chain.h"
+#include "support/budget_report.h"
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+
+struct Config {
+  int64_t layers = 12, d_model = 256, heads = 8, sequence = 128, batch = 8;
+};
+
+nn::Sequential make_transformer(const Config& c) {
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    net->push_back("layer" + std::to_string(i), nn::TransformerEncoderLayer(
+        nn::TransformerEncoderLayerOptions(c.d_model, c.heads).dim_feedforward(4 * c.d_model).dropout(0.1)));
+  }
+  return net;
+}
+
+// What a user writes: a chain over their Sequential with their loss, one call to plan, then an
+// ordinary training loop that runs each step under the plan.
+void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tensor& target) {
+  remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::mse_loss(out, target); });
+  remat::BudgetPlan planned = remat::plan_for_budget(chain, x, "50%");
+  std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
+            << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
+            << ", overhead " << remat_examples::percent(planned.predicted_overhead()) << "\n";
+  torch::optim::Adam adam(net->parameters(), 1e-4);
+  for (int step = 1; step <= 3; ++step) {
+    adam.zero_grad();
+    const remat::StepMeasurement m = remat::measure_step([&] { return remat::run_plan(chain, planned.plan, x); });
+    adam.step();
+    std::cout << "  step " << step << ": measured activation peak " << remat::format_bytes(m.activation_peak_bytes())
+              << ", " << m.step_seconds << " s\n";
+  }
+}
+
+int run(int argc, char** argv) {
+  const bool quick = remat_examples::quick_mode(argc, argv);
+  Config config;
+  if (quick) config = Config{12, 32, 4, 32, 4};
+  std::cout << "remat_plan_transformer: " << config.layers << " x TransformerEncoderLayer(d_model " << config.d_model
+            << ", heads " << config.heads << ", feed-forward " << 4 * config.d_model << ", dropout 0.1), sequence "
+            << config.sequence << ", batch " << config.batch << ", " << remat::set_cpu_threads(2) << "\n";
+  remat::install_cpu_memory_tracker();
+  remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
+  torch::manual_seed(1);
+  const at::Tensor x = torch::randn({config.sequence, config.batch, config.d_model});  // (S, N, E) embeddings
+  const at::Tensor target = torch::randn({config.sequence, config.batch, config.d_model});
+
+  train_under_budget(make_transformer(config), x, target);
+  std::cout << "\n";
+  const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
+  return remat_examples::report_budgets([&] { return make_transformer(config); },
+                                        [&](const at::Tensor& out) { return F::mse_loss(out, target); }, x, options);
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}

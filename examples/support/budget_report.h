@@ -1,0 +1,182 @@
+// What the planning examples show for their model, in one place: at each budget, the optimal
+// plan's predicted and measured activation peak and step-time overhead, beside the fastest generic
+// policy that fits (all measured in interleaved rounds), whether its gradients equal the unchecked
+// run's, and a few training steps under the plan against the unchecked run (parameters, buffers).
+// Returns how many checks failed; times are printed, never checked.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "remat/budget_planner.h"
+#include "remat/memory.h"
+#include "remat/plan_measurement.h"
+#include "remat/policies.h"
+#include "remat/profiler.h"
+#include "remat/sequential_chain.h"
+
+namespace remat_examples {
+
+struct ReportOptions {
+  std::vector<std::string> budgets = {"30%", "50%", "70%"};
+  int measured_steps = 7;   // interleaved rounds per plan
+  int profile_repeats = 3;
+  int train_steps = 3;      // plain vs planned, for parameters and buffers
+  std::string train_budget = "50%";
+};
+
+inline std::string percent(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.1f%%", 100.0 * fraction);
+  return text;
+}
+
+/// `make_model` builds the model afresh, identically each time (it seeds); `loss_of` turns its
+/// output into the loss. `x` is the batch every step runs on.
+inline int report_budgets(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
+                          const at::Tensor& x, const ReportOptions& options) {
+  int failures = 0;
+  remat::install_cpu_memory_tracker();
+  torch::nn::Sequential net = make_model();
+  remat::SequentialChain chain(net, loss_of);
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(options.profile_repeats));
+  const remat::Plan plain = remat::Plan::plain(chain);
+  std::cout << "measured cost table (" << costs.source << "):\n" << costs.to_table();
+  std::cout << chain.size() << " stages; least feasible budget "
+            << remat::format_bytes(remat::least_feasible_budget(costs, plain)) << "\n";
+
+  // Every plan measured once, interleaved: the unchecked one, each budget's optimal plan, and every
+  // generic policy (the manual choices a user would otherwise make).
+  std::vector<remat::Plan> plans = {plain};
+  std::map<std::string, size_t> index = {{plain.to_string(), 0}};
+  auto add = [&](const remat::Plan& plan) {
+    auto [it, added] = index.emplace(plan.to_string(), plans.size());
+    if (added) plans.push_back(plan);
+    return it->second;
+  };
+  std::vector<remat::BudgetPlan> optimal;
+  std::vector<size_t> optimal_index;
+  for (const auto& budget : options.budgets) {
+    optimal.push_back(remat::plan_for_budget(costs, plain, budget));
+    optimal_index.push_back(add(optimal.back().plan));
+  }
+  std::vector<std::pair<std::string, size_t>> manual;
+  for (const auto& policy : remat::generic_policy_candidates()) {
+    try {
+      manual.emplace_back(policy, add(remat::policy_plan(policy, chain)));
+    } catch (const c10::Error&) {
+      // not applicable to this depth
+    }
+  }
+  std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
+  const auto measured = remat::measure_plans(chain, plans, x, options.measured_steps);
+  const double none_seconds = measured[0].step_seconds;
+  const auto none_peak = static_cast<double>(measured[0].activation_peak_bytes);
+  std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes) << ", measured "
+            << remat::format_bytes(measured[0].activation_peak_bytes) << ", step " << none_seconds << " s\n\n";
+
+  std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-8s %s\n", "budget", "predicted", "measured", "error",
+              "pred. ovh", "meas. ovh", "best generic that fits", "its ovh", "DP<=it", "gradients");
+  for (size_t b = 0; b < optimal.size(); ++b) {
+    const remat::BudgetPlan& p = optimal[b];
+    const remat::PlanMeasurement& m = measured[optimal_index[b]];
+    std::string best = "(none fits)";
+    double best_seconds = 0;
+    for (const auto& [name, i] : manual) {
+      if (measured[i].activation_peak_bytes <= p.budget_bytes && (best_seconds == 0 || measured[i].step_seconds < best_seconds)) {
+        best = name;
+        best_seconds = measured[i].step_seconds;
+      }
+    }
+    const remat::PlanVerification v = remat::verify_plan(chain, p.plan, x);
+    const bool fits = m.activation_peak_bytes <= p.budget_bytes;
+    failures += fits ? 0 : 1;
+    failures += v.bitwise_equal() ? 0 : 1;
+    const double error = static_cast<double>(p.prediction.peak_bytes - m.activation_peak_bytes) /
+                         static_cast<double>(m.activation_peak_bytes);
+    std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-8s %s\n", options.budgets[b].c_str(),
+                remat::format_bytes(p.prediction.peak_bytes).c_str(),
+                (remat::format_bytes(m.activation_peak_bytes) + (fits ? "" : "!")).c_str(), percent(error).c_str(),
+                percent(p.predicted_overhead()).c_str(), percent(m.step_seconds / none_seconds - 1).c_str(), best.c_str(),
+                best_seconds > 0 ? percent(best_seconds / none_seconds - 1).c_str() : "-",
+                best_seconds == 0 || m.step_seconds <= best_seconds ? "yes" : "no",
+                v.bitwise_equal() ? "bitwise equal" : ("DIFFER " + std::to_string(v.max_gradient_difference())).c_str());
+    std::cout << "        plan: " << p.plan.to_string() << "\n";
+  }
+  std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(measured[0].activation_peak_bytes)
+            << "):\n";
+  std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", "policy", "predicted", "measured", "of none", "pred. ovh",
+              "meas. ovh");
+  const double none_predicted = optimal.front().unchecked.step_seconds;
+  for (const auto& [name, i] : manual) {
+    const remat::Prediction predicted = remat::simulate(plans[i], costs);
+    std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", name.c_str(), remat::format_bytes(predicted.peak_bytes).c_str(),
+                remat::format_bytes(measured[i].activation_peak_bytes).c_str(),
+                (std::to_string(static_cast<int>(100.0 * static_cast<double>(measured[i].activation_peak_bytes) / none_peak)) + "%").c_str(),
+                percent(predicted.step_seconds / none_predicted - 1).c_str(),
+                percent(measured[i].step_seconds / none_seconds - 1).c_str());
+  }
+
+  // Training: the same steps unchecked and under the plan for `train_budget`, from the same
+  // initialisation and RNG seeds: parameters and buffers (running statistics) must match exactly.
+  const remat::Plan train_plan = remat::plan_for_budget(costs, plain, options.train_budget).plan;
+  std::vector<std::vector<at::Tensor>> finals;
+  std::vector<std::vector<double>> losses(2);
+  for (int planned = 0; planned < 2; ++planned) {
+    torch::nn::Sequential model = make_model();
+    remat::SequentialChain model_chain(model, loss_of);
+    torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+    for (int step = 0; step < options.train_steps; ++step) {
+      torch::manual_seed(1000 + step);
+      sgd.zero_grad();
+      at::Tensor loss = remat::run_plan(model_chain, planned ? train_plan : remat::Plan::plain(model_chain), x);
+      loss.backward();
+      sgd.step();
+      losses[planned].push_back(loss.item<double>());
+    }
+    std::vector<at::Tensor> state;
+    for (const auto& p : model->parameters()) state.push_back(p.detach().clone());
+    for (const auto& b : model->buffers()) state.push_back(b.clone());
+    finals.push_back(std::move(state));
+  }
+  bool same = losses[0] == losses[1];
+  for (size_t i = 0; i < finals[0].size(); ++i) same = same && finals[0][i].equal(finals[1][i]);
+  failures += same ? 0 : 1;
+  std::cout << "\n" << options.train_steps << " SGD steps under the " << options.train_budget << " plan vs unchecked: losses";
+  for (double l : losses[1]) std::cout << " " << l;
+  std::cout << "; parameters and buffers " << (same ? "bitwise equal" : "DIFFER") << "\n";
+  std::cout << (failures == 0 ? "all checks passed" : std::to_string(failures) + " checks FAILED") << "\n";
+  return failures == 0 ? 0 : 1;
+}
+
+/// "--quick" anywhere in the arguments: the small configuration the tests run.
+inline bool quick_mode(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--quick") return true;
+  }
+  return false;
+}
+
+/// The report's options for the arguments: "--quick" (one measured step, one profiling run) and
+/// "--steps N" (measured interleaved steps per plan).
+inline ReportOptions report_options(int argc, char** argv) {
+  ReportOptions options;
+  if (quick_mode(argc, argv)) {
+    options.measured_steps = 1;
+    options.profile_repeats = 1;
+  }
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--steps") options.measured_steps = std::max(1, std::atoi(argv[i + 1]));
+  }
+  return options;
+}
+
+}  // namespace remat_examples
