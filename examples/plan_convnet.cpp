@@ -77,11 +77,4 @@ int run(int argc, char** argv) {
       [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); }, images, options);
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return remat_examples::run_example(run, argc, argv); }

@@ -70,11 +70,4 @@ int run(int argc, char** argv) {
                                         [&](const at::Tensor& out) { return F::mse_loss(out, target); }, x, options);
 }
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return remat_examples::run_example(run, argc, argv); }

@@ -157,6 +157,16 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   return failures == 0 ? 0 : 1;
 }
 
+/// Runs an example's `run`, turning remat's errors into a message and exit status 1.
+inline int run_example(int (*run)(int, char**), int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const c10::Error& e) {
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}
+
 /// "--quick" anywhere in the arguments: the small configuration the tests run.
 inline bool quick_mode(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
