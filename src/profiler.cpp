@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <map>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/ones.h>
@@ -37,6 +38,36 @@ at::Tensor stage_input(const at::Tensor& activation, bool first) {
   at::Tensor x = activation.detach();
   if (!first && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
   return x;
+}
+
+// Stages with one signature (Chain::stage_signature) and the same sizes get one time per measure:
+// the median of their medians.
+void pool_twin_stage_times(const Chain& chain, CostTable& table) {
+  std::map<std::string, std::vector<size_t>> twins;
+  for (size_t i = 0; i < table.stages.size(); ++i) {
+    const std::string signature = chain.stage_signature(static_cast<int64_t>(i));
+    if (signature.empty()) continue;
+    const StageCost& s = table.stages[i];
+    std::string key = signature + "|" + std::to_string(s.output_bytes) + "|" + std::to_string(s.input_grad_bytes);
+    for (const auto& o : s.options) key += "|" + o.option + ":" + std::to_string(o.kept_bytes);
+    twins[key].push_back(i);
+  }
+  for (const auto& [key, members] : twins) {
+    if (members.size() < 2) continue;
+    auto pool = [&](auto&& field) {
+      std::vector<double> values;
+      for (const size_t i : members) values.push_back(field(table.stages[i]));
+      const double pooled = median(values);
+      for (const size_t i : members) field(table.stages[i]) = pooled;
+    };
+    pool([](StageCost& s) -> double& { return s.nograd_seconds; });
+    for (size_t o = 0; o < table.stages[members.front()].options.size(); ++o) {
+      pool([o](StageCost& s) -> double& { return s.options[o].forward_seconds; });
+      pool([o](StageCost& s) -> double& { return s.options[o].backward_seconds; });
+      pool([o](StageCost& s) -> double& { return s.options[o].graph_only->forward_seconds; });
+      pool([o](StageCost& s) -> double& { return s.options[o].graph_only->backward_seconds; });
+    }
+  }
 }
 
 }  // namespace
@@ -164,6 +195,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
     table.stages.push_back(std::move(cost));
   }
+  pool_twin_stage_times(chain, table);
   return table;
 }
 

@@ -171,6 +171,18 @@ std::vector<std::string> SequentialChain::stage_parameter_names(int64_t index) c
   return out;
 }
 
+std::string SequentialChain::stage_signature(int64_t index) const {
+  if (index >= static_cast<int64_t>(stages_.size()) || granularity_ == "stages") return {};
+  std::string signature;
+  for (const auto& m : stages_[index].stage.modules) {
+    signature += m->name() + "(";
+    for (const auto& p : m->named_parameters()) signature += p.key() + shape_of(p.value());
+    for (const auto& b : m->named_buffers()) signature += b.key() + shape_of(b.value());
+    signature += ")";
+  }
+  return signature;
+}
+
 std::vector<at::Tensor> SequentialChain::stage_buffers(int64_t index) const {
   std::vector<at::Tensor> out;
   if (index >= static_cast<int64_t>(stages_.size())) return out;

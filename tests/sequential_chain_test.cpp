@@ -166,6 +166,25 @@ TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
   for (size_t i = 0; i < buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(net->buffers()[i], buffers[i])) << i;
 }
 
+TEST(SequentialChain, TwinStagesShareOneProfiledTime) {
+  const at::Tensor x = torch::randn({16, 32});
+  nn::Sequential net = mlp(3);  // Linear(32,128) GELU Dropout Linear(128,32), three times, then Linear(32,10)
+  remat::SequentialChain chain(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
+  EXPECT_EQ(chain.stage_signature(0), chain.stage_signature(4));
+  EXPECT_NE(chain.stage_signature(0), chain.stage_signature(3)) << "Linear(32,128) is not Linear(128,32)";
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
+  // Stages 4 and 8 are twins; stage 0 has the same modules but its input needs no gradient, so its
+  // backward is another computation and keeps its own time.
+  for (const int64_t first : {1, 2, 3, 4}) {
+    const auto& a = costs.stages[first];
+    const auto& b = costs.stages[first + 4];
+    EXPECT_EQ(a.options[0].forward_seconds, b.options[0].forward_seconds) << a.name;
+    EXPECT_EQ(a.options[0].backward_seconds, b.options[0].backward_seconds) << a.name;
+    EXPECT_EQ(a.nograd_seconds, b.nograd_seconds) << a.name;
+  }
+  EXPECT_NE(costs.stages[0].options[0].backward_seconds, costs.stages[4].options[0].backward_seconds);
+}
+
 TEST(SequentialChain, StagesGivenAsFunctionsWithOptions) {
   torch::manual_seed(0);
   nn::Linear a(16, 16), b(16, 16);

@@ -47,6 +47,12 @@ class Chain {
   virtual std::vector<at::Tensor> stage_parameters(int64_t /*index*/) const { return {}; }
   /// Names of stage_parameters(index), in the same order, for reports; empty when unknown.
   virtual std::vector<std::string> stage_parameter_names(int64_t /*index*/) const { return {}; }
+  /// What stage `index` computes, as a key: stages with the same non-empty signature run the same
+  /// operations on parameters of the same shapes (twelve identical Transformer layers). The profiler
+  /// then takes one time for all of them, the median of theirs: otherwise timing noise makes some
+  /// look cheaper to recompute than their twins, and a planner choosing them is fooled by the noise.
+  /// Empty (the default): the stage is timed on its own.
+  virtual std::string stage_signature(int64_t /*index*/) const { return {}; }
   /// Tensors stage `index` updates in place as a side effect of its forward (BatchNorm running
   /// statistics): a recompute restores them, so they update once per step under every plan.
   virtual std::vector<at::Tensor> stage_buffers(int64_t /*index*/) const { return {}; }

@@ -9,7 +9,8 @@
 // (graph recorded, saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
 // times are medians of `repeats` runs after `warmup` runs. Parameter gradients are allocated by
 // the warm-up, as they are in training after the first step. Gradients, buffers and RNG streams are
-// restored afterwards: profiling leaves the model as it was (gradients that exist are copied aside
+// restored afterwards: profiling leaves the model as it was. Stages with one signature
+// (Chain::stage_signature) and the same sizes get one time, the median of theirs (gradients that exist are copied aside
 // meanwhile, their bytes held twice; none are when profiling before the first step).
 #pragma once
 

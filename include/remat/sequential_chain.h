@@ -65,6 +65,8 @@ class SequentialChain : public Chain {
   std::vector<at::Tensor> stage_parameters(int64_t index) const override;
   std::vector<std::string> stage_parameter_names(int64_t index) const override;
   std::vector<at::Tensor> stage_buffers(int64_t index) const override;
+  /// Module types and parameter shapes; empty for stages given as functions.
+  std::string stage_signature(int64_t index) const override;
 
   /// Runs every stage plainly, without the loss: the model's forward.
   at::Tensor forward(const at::Tensor& input);
