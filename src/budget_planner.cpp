@@ -2,8 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <iomanip>
-#include <sstream>
 
 #include "remat/error.h"
 #include "remat/memory.h"
@@ -74,13 +72,17 @@ BudgetPlan plan_for_budget(Chain& chain, const at::Tensor& sample_input, const B
   return plan_for_budget(costs, Plan::plain(chain), budget, options.memory_slots());
 }
 
-std::vector<std::string> generic_policy_candidates() {
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies) {
   std::vector<std::string> out;
-  for (const std::string base : {"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt"}) {
-    out.push_back(base);
-    out.push_back(base + ",skip-ends");
+  for (const auto& policy : policies) {
+    out.push_back(policy);
+    out.push_back(policy + ",skip-ends");
   }
   return out;
+}
+
+std::vector<std::string> generic_policy_candidates() {
+  return with_and_without_skip_ends({"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt"});
 }
 
 std::vector<PlanCandidate> compare_planners(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes,

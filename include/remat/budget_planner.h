@@ -98,6 +98,9 @@ std::vector<PlanCandidate> compare_planners(const CostTable& costs, const Plan& 
 std::vector<PlanCandidate> compare_planners(const CostTable& costs, const Chain& chain, int64_t budget_bytes,
                                             int64_t memory_slots = 1000);
 
+/// Each policy, then the same with ",skip-ends".
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies);
+
 /// The generic policies compare_planners tries on any chain.
 std::vector<std::string> generic_policy_candidates();
 

@@ -41,13 +41,8 @@ BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int6
 }
 
 std::vector<std::string> gpt_policy_candidates() {
-  std::vector<std::string> out;
-  for (const std::string base : {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn",
-                                 "ffn+attn", "selective", "matmul-inputs"}) {
-    out.push_back(base);
-    out.push_back(base + ",skip-ends");
-  }
-  return out;
+  return with_and_without_skip_ends({"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn",
+                                     "ffn+attn", "selective", "matmul-inputs"});
 }
 
 std::vector<PlanCandidate> gpt_compare_planners(const GptCosts& costs, int64_t budget_bytes, int64_t memory_slots) {
