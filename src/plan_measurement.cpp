@@ -73,6 +73,35 @@ std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan
   return result;
 }
 
+double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& baseline) {
+  const size_t rounds = plan.all_step_seconds.size();
+  REMAT_CHECK(rounds > 0 && rounds == baseline.all_step_seconds.size(),
+              "paired_time_ratio: both measurements must come from the same interleaved rounds (", rounds, " and ",
+              baseline.all_step_seconds.size(), " steps).");
+  std::vector<double> ratios;
+  for (size_t r = 0; r < rounds; ++r) ratios.push_back(plan.all_step_seconds[r] / baseline.all_step_seconds[r]);
+  return median(ratios);
+}
+
+std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured, const std::vector<size_t>& candidates,
+                                      int64_t budget_bytes, size_t baseline) {
+  REMAT_CHECK(baseline < measured.size(), "fastest_fitting: baseline ", baseline, " is not one of the ",
+              measured.size(), " measurements.");
+  std::optional<size_t> best;
+  double best_ratio = 0;
+  for (size_t i : candidates) {
+    REMAT_CHECK(i < measured.size(), "fastest_fitting: candidate ", i, " is not one of the ", measured.size(),
+                " measurements.");
+    if (measured[i].activation_peak_bytes > budget_bytes) continue;
+    const double ratio = paired_time_ratio(measured[i], measured[baseline]);
+    if (!best || ratio < best_ratio) {
+      best = i;
+      best_ratio = ratio;
+    }
+  }
+  return best;
+}
+
 std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
                                            int steps, const MeasureProgress& progress) {
   return measure_plans([&chain](const Plan&) -> Chain& { return chain; }, plans, input, steps, progress);

@@ -11,6 +11,7 @@
 #include "remat/planned.h"
 #include "remat/policies.h"
 #include "remat/sequential_chain.h"
+#include "remat/statistics.h"
 #include "support/compare.h"
 
 namespace nn = torch::nn;
@@ -302,4 +303,30 @@ TEST(SequentialChain, WhatCannotWorkIsAClearError) {
   REMAT_EXPECT_ERROR(remat::Budget("12parsecs"), "has an unknown unit 'parsecs'");
   REMAT_EXPECT_ERROR(remat::SequentialChain(net, nullptr, remat::SequentialChainOptions().group_sizes({2, 2})),
                      "group_sizes must be positive and sum to the number of modules (9)");
+}
+
+// Times paired per round: a plan slower in every round is slower, whatever the drift between rounds;
+// a ratio of medians would have called it faster here.
+TEST(PlanMeasurement, PairedRatiosCancelDriftBetweenRounds) {
+  auto measured = [](std::vector<double> seconds, int64_t peak) {
+    remat::PlanMeasurement m;
+    m.all_step_seconds = seconds;
+    m.step_seconds = remat::median(seconds);
+    m.activation_peak_bytes = peak;
+    return m;
+  };
+  // The machine slows down from round 3 on; "small" is 10% slower than "none" in each round and the
+  // faster "other" does not fit.
+  const std::vector<remat::PlanMeasurement> plans = {measured({1.0, 1.0, 2.0, 2.0, 2.0}, 100),
+                                                     measured({1.1, 1.1, 1.1, 2.2, 2.2}, 50),
+                                                     measured({1.05, 1.05, 2.1, 2.1, 2.1}, 50),
+                                                     measured({1.0, 1.0, 1.0, 1.0, 1.0}, 80)};
+  EXPECT_LT(plans[1].step_seconds, plans[0].step_seconds);  // the medians are fooled
+  EXPECT_NEAR(remat::paired_time_ratio(plans[1], plans[0]), 1.1, 1e-12);
+  EXPECT_NEAR(remat::paired_time_ratio(plans[2], plans[0]), 1.05, 1e-12);
+  EXPECT_EQ(remat::fastest_fitting(plans, {1, 2, 3}, 60, 0), std::optional<size_t>(2));
+  EXPECT_EQ(remat::fastest_fitting(plans, {1, 2, 3}, 90, 0), std::optional<size_t>(3));
+  EXPECT_EQ(remat::fastest_fitting(plans, {1, 2, 3}, 10, 0), std::nullopt);
+  REMAT_EXPECT_ERROR(remat::paired_time_ratio(plans[0], measured({1.0}, 1)), "same interleaved rounds (5 and 1 steps)");
+  REMAT_EXPECT_ERROR(remat::fastest_fitting(plans, {7}, 60, 0), "candidate 7 is not one of the 4 measurements");
 }

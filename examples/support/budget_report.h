@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct ReportOptions {
   int train_steps = 3;      // plain vs planned, for parameters and buffers
   std::string train_budget = "50%";
 };
+
+/// "0.97 (<=)" or "1.03 (>)": the DP plan's paired step-time ratio to the best generic policy.
+inline std::string ratio_text(double ratio) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f %s", ratio, ratio <= 1.0 ? "(<=)" : "(>)");
+  return text;
+}
 
 inline std::string percent(double fraction) {
   char text[32];
@@ -69,45 +77,47 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
     optimal_index.push_back(add(optimal.back().plan));
   }
   std::vector<std::pair<std::string, size_t>> manual;
+  std::vector<size_t> manual_index;
   for (const auto& policy : remat::generic_policy_candidates()) {
     try {
       manual.emplace_back(policy, add(remat::policy_plan(policy, chain)));
+      manual_index.push_back(manual.back().second);
     } catch (const c10::Error&) {
       // not applicable to this depth
     }
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
   const auto measured = remat::measure_plans(chain, plans, x, options.measured_steps);
+  // Overheads are paired: each step against the unchecked step of the same round.
+  auto overhead = [&](size_t i) { return remat::paired_time_ratio(measured[i], measured[0]) - 1; };
   const double none_seconds = measured[0].step_seconds;
   const auto none_peak = static_cast<double>(measured[0].activation_peak_bytes);
   std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes) << ", measured "
             << remat::format_bytes(measured[0].activation_peak_bytes) << ", step " << none_seconds << " s\n\n";
 
-  std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-8s %s\n", "budget", "predicted", "measured", "error",
-              "pred. ovh", "meas. ovh", "best generic that fits", "its ovh", "DP<=it", "gradients");
+  std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-10s %s\n", "budget", "predicted", "measured", "error",
+              "pred. ovh", "meas. ovh", "best generic that fits", "its ovh", "DP/it", "gradients");
   for (size_t b = 0; b < optimal.size(); ++b) {
     const remat::BudgetPlan& p = optimal[b];
     const remat::PlanMeasurement& m = measured[optimal_index[b]];
-    std::string best = "(none fits)";
-    double best_seconds = 0;
+    const std::optional<size_t> best = remat::fastest_fitting(measured, manual_index, p.budget_bytes, 0);
+    std::string best_name = "(none fits)";
     for (const auto& [name, i] : manual) {
-      if (measured[i].activation_peak_bytes <= p.budget_bytes && (best_seconds == 0 || measured[i].step_seconds < best_seconds)) {
-        best = name;
-        best_seconds = measured[i].step_seconds;
-      }
+      if (best && i == *best) best_name = name;
     }
+    // DP against the best generic: paired too, so "yes" means its step was the faster in most rounds.
+    const double dp_vs_best = best ? remat::paired_time_ratio(m, measured[*best]) : 0;
     const remat::PlanVerification v = remat::verify_plan(chain, p.plan, x);
     const bool fits = m.activation_peak_bytes <= p.budget_bytes;
     failures += fits ? 0 : 1;
     failures += v.bitwise_equal() ? 0 : 1;
     const double error = static_cast<double>(p.prediction.peak_bytes - m.activation_peak_bytes) /
                          static_cast<double>(m.activation_peak_bytes);
-    std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-8s %s\n", options.budgets[b].c_str(),
+    std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-10s %s\n", options.budgets[b].c_str(),
                 remat::format_bytes(p.prediction.peak_bytes).c_str(),
                 (remat::format_bytes(m.activation_peak_bytes) + (fits ? "" : "!")).c_str(), percent(error).c_str(),
-                percent(p.predicted_overhead()).c_str(), percent(m.step_seconds / none_seconds - 1).c_str(), best.c_str(),
-                best_seconds > 0 ? percent(best_seconds / none_seconds - 1).c_str() : "-",
-                best_seconds == 0 || m.step_seconds <= best_seconds ? "yes" : "no",
+                percent(p.predicted_overhead()).c_str(), percent(overhead(optimal_index[b])).c_str(), best_name.c_str(),
+                best ? percent(overhead(*best)).c_str() : "-", best ? ratio_text(dp_vs_best).c_str() : "-",
                 v.bitwise_equal() ? "bitwise equal" : ("DIFFER " + std::to_string(v.max_gradient_difference())).c_str());
     std::cout << "        plan: " << p.plan.to_string() << "\n";
   }
@@ -122,7 +132,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
                 remat::format_bytes(measured[i].activation_peak_bytes).c_str(),
                 (std::to_string(static_cast<int>(100.0 * static_cast<double>(measured[i].activation_peak_bytes) / none_peak)) + "%").c_str(),
                 percent(predicted.step_seconds / none_predicted - 1).c_str(),
-                percent(measured[i].step_seconds / none_seconds - 1).c_str());
+                percent(overhead(i)).c_str());
   }
 
   // Training: the same steps unchecked and under the plan for `train_budget`, from the same

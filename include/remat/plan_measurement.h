@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,16 @@ std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan
 /// The same, every plan on one chain.
 std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
                                            int steps, const MeasureProgress& progress = {});
+
+/// Step time of `plan` relative to `baseline` (1.25: 25% slower), as the median over rounds of the
+/// ratio of the two steps measured in the same round: the machine's drift between rounds cancels,
+/// where a ratio of two medians carries it (on a shared machine, ten points and more).
+double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& baseline);
+
+/// Of `candidates` (indices into `measured`), the one with the least paired time ratio to
+/// `measured[baseline]` among those whose measured activation peak is at most `budget_bytes`.
+std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured, const std::vector<size_t>& candidates,
+                                      int64_t budget_bytes, size_t baseline);
 
 /// How far one tensor of a planned step is from the plain step's.
 struct TensorDifference {
