@@ -28,7 +28,7 @@ def main():
     for i, policy in enumerate(policies):
         print(f"[{i + 1}/{len(policies)}] {policy}", file=sys.stderr, flush=True)
         command = [args.remat, "train", *extra, "--policy", policy, "--steps", str(args.steps), "--compare",
-                   "--compare-steps", str(args.compare_steps), "--sample", "0", "--json"]
+                   "--measure-steps", str(args.compare_steps), "--sample", "0", "--json"]
         done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if done.returncode != 0:
             sys.exit(f"failed: {' '.join(command)}")

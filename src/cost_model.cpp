@@ -1,5 +1,7 @@
 #include "remat/cost_model.h"
 
+#include "remat/memory.h"
+
 #include <algorithm>
 #include <iomanip>
 #include <sstream>
@@ -188,7 +190,7 @@ std::string CostTable::to_table() const {
   std::ostringstream os;
   auto mib = [](int64_t b) {
     std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << static_cast<double>(b) / (1 << 20);
+    s << std::fixed << std::setprecision(2) << mebibytes(b);
     return s.str();
   };
   auto ms = [](double seconds) {

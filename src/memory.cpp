@@ -18,7 +18,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
-#include "detail/atomic_file.h"
+#include "remat/files.h"
 #include "detail/cuda_memory.h"
 #include "detail/torch_version.h"
 #include "remat/error.h"
@@ -159,7 +159,7 @@ void keep_freed_memory_in_process() {
 
 std::string format_bytes(int64_t bytes) {
   std::ostringstream os;
-  os << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20) << " MiB";
+  os << std::fixed << std::setprecision(1) << mebibytes(bytes) << " MiB";
   return os.str();
 }
 
@@ -255,7 +255,7 @@ void write_memory_events_csv(const std::vector<MemoryEvent>& events, const std::
   std::ostringstream text;
   text << "seconds,bytes,phase\n" << std::setprecision(9);
   for (const auto& e : events) text << e.seconds << ',' << e.bytes << ',' << to_string(e.phase) << '\n';
-  detail::write_file_atomically(path, text.str());
+  write_file_atomically(path, text.str());
 }
 
 }  // namespace remat

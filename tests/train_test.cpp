@@ -1,5 +1,6 @@
 // Training the GPT: every policy trains exactly like `none`, resume equals a straight run, and bad
 // input (flags, data, plans, saved state) is a clear error that leaves saved state untouched.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -267,4 +268,54 @@ TEST(StateDir, ACrashWhileSavingKeepsThePreviousState) {
   int entries = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++entries;
   EXPECT_EQ(entries, 2) << "only 'latest' and step-000001 remain: no temporary directory is left behind";
+}
+
+TEST(StateDir, KeepsTheNewestStatesAndChecksMetaJsonItself) {
+  TempDir dir;
+  for (int step = 1; step <= 4; ++step) {
+    remat::train::save_state_dir(dir.path(), step, {{"step", step}},
+                                 [&](const fs::path& into) { write_file(into / "a.bin", std::to_string(step)); }, 2);
+  }
+  std::vector<std::string> states;
+  for (const auto& e : fs::directory_iterator(dir.path())) states.push_back(e.path().filename().string());
+  std::sort(states.begin(), states.end());
+  EXPECT_EQ(states, (std::vector<std::string>{"latest", "step-000003", "step-000004"}));
+  const auto [state, meta] = remat::train::load_state_dir(dir.path());
+  EXPECT_EQ(meta["step"], 4);
+
+  // One changed digit in meta.json (not in any data file) is caught, and the error stays short.
+  const fs::path meta_path = state / "meta.json";
+  std::string text = read_file(meta_path);
+  const auto at = text.find("\"step\": 4");
+  ASSERT_NE(at, std::string::npos) << text;
+  text[at + 8] = '5';
+  write_file(meta_path, text);
+  const std::string message = error_of([&] { remat::train::load_state_dir(dir.path()); });
+  EXPECT_NE(message.find("meta.json' does not match its checksum"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 600u) << message;
+  REMAT_EXPECT_ERROR(remat::train::save_state_dir(dir.path(), 5, {}, [](const fs::path&) {}, 0),
+                     "keep_last must be at least 1");
+}
+
+TEST(Train, SavesEveryNStepsAndResumesFromTheNewest) {
+  TempDir dir;
+  TrainOptions o = small_run("block");
+  o.save_dir = (dir / "run").string();
+  o.save_every = 2;
+  o.keep_last = 2;
+  Trainer trainer(o);
+  train_steps(trainer, 5);
+  EXPECT_TRUE(fs::is_directory(dir / "run" / "step-000002"));
+  EXPECT_TRUE(fs::is_directory(dir / "run" / "step-000004"));
+  EXPECT_FALSE(fs::exists(dir / "run" / "step-000005")) << "step 5 is not a multiple of 2";
+  trainer.save();  // the end of a run
+  EXPECT_FALSE(fs::exists(dir / "run" / "step-000002")) << "only the newest 2 are kept";
+  TrainOptions resume = small_run("block");
+  resume.resume_dir = o.save_dir;
+  Trainer resumed(resume);
+  EXPECT_EQ(resumed.global_step(), 5);
+
+  TrainOptions bad = small_run();
+  bad.save_every = 3;
+  EXPECT_NE(error_of([&] { Trainer t(bad); }).find("save_every needs TrainOptions::save_dir"), std::string::npos);
 }

@@ -56,7 +56,10 @@ struct StepMeasurement {
 /// trainers do with jemalloc or tcmalloc. Exact tensor bytes (the tracker) are unaffected.
 void keep_freed_memory_in_process();
 
-/// "12.3 MiB": bytes in MiB with one decimal, as remat's reports print them.
+/// Bytes as MiB (2^20 bytes), the unit of remat's reports and plots.
+inline double mebibytes(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+/// "12.3 MiB": bytes in MiB with one decimal, as remat's reports print them (the one formatter).
 std::string format_bytes(int64_t bytes);
 
 /// Runs `forward` (returning a scalar loss), then backward on the loss, measuring memory on

@@ -40,10 +40,12 @@ BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int6
   return plan_for_budget(costs.half, Plan::plain(GptChainShape(costs.layers(), "half")), budget, memory_slots);
 }
 
-std::vector<std::string> gpt_policy_candidates() {
-  return with_and_without_skip_ends({"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn",
-                                     "ffn+attn", "selective", "matmul-inputs"});
+std::vector<std::string> gpt_policy_names() {
+  return {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn", "ffn+attn", "selective",
+          "matmul-inputs"};
 }
+
+std::vector<std::string> gpt_policy_candidates() { return with_and_without_skip_ends(gpt_policy_names()); }
 
 std::vector<PlanCandidate> gpt_compare_planners(const GptCosts& costs, int64_t budget_bytes, int64_t memory_slots) {
   const int64_t layers = costs.layers();

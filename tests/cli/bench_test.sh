@@ -2,14 +2,10 @@
 # `remat bench` and `remat trace` end to end on a tiny GPT: the files they promise exist and are
 # what they say (PNG and SVG images, one CSV row per strategy), the Pareto flags agree with the
 # measured numbers, the planner's plans stay within their budgets, and bad input gets clear errors.
-set -euo pipefail
-remat="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-tiny=(--layers 2 --hidden 32 --heads 2 --seq 16 --batch 2 --repeats 1)
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
+tiny+=(--repeats 1)
 
-"$remat" bench "${tiny[@]}" --steps 2 --budgets 60%,90% --out "$work/bench" > "$work/bench.out" 2> "$work/bench.err"
+"$remat" bench "${tiny[@]}" --measure-steps 2 --budget 60%,90% --out "$work/bench" > "$work/bench.out" 2> "$work/bench.err"
 for f in bench.csv bench.json report.md pareto.png pareto.svg pareto.gp pareto.dat timeline.png timeline.svg timeline.csv; do
   [ -s "$work/bench/$f" ] || fail "bench did not write $f"
 done
@@ -17,13 +13,16 @@ for f in pareto.png timeline.png; do
   head -c 8 "$work/bench/$f" | od -An -tx1 | grep -q "89 50 4e 47 0d 0a 1a 0a" || fail "$f is not a PNG"
 done
 grep -q "<svg" "$work/bench/pareto.svg" || fail "pareto.svg is not SVG"
-grep -q "\[bench\] round 2/2" "$work/bench.err" || fail "no progress shown"
+grep -q "round 3/3" "$work/bench.err" || fail "no progress shown"
 # Defaults that apply to 2 blocks (segments:4 does not) plus two planner budgets.
 rows=$(($(wc -l < "$work/bench/bench.csv") - 1))
 [ "$rows" -eq 14 ] || fail "expected 14 strategies in bench.csv, got $rows"
 grep -q '^"block,skip-ends",policy,' "$work/bench/bench.csv" || fail "names with commas are not quoted in the CSV"
-# on_pareto_frontier must be 1 exactly for the rows no other row beats on both peak and time.
-awk -F, 'NR > 1 { n++; peak[n] = $(NF-6); time[n] = $(NF-4); flag[n] = $NF }
+# on_pareto_frontier must be 1 exactly for the rows no other row beats on both peak and time
+# (columns found by their names in the header; no field of these rows holds a quoted comma but the name).
+awk -F, 'NR == 1 { for (c = 1; c <= NF; c++) col[$c] = c; next }
+  { shift = NF - length(col); n++; peak[n] = $(col["activation_peak_bytes"] + shift)
+    time[n] = $(col["median_step_seconds"] + shift); flag[n] = $NF }
   END { for (i = 1; i <= n; i++) { dominated = 0
           for (j = 1; j <= n; j++) if (peak[j] <= peak[i] && time[j] <= time[i] && (peak[j] < peak[i] || time[j] < time[i])) dominated = 1
           if (flag[i] != !dominated) { print "row " i " has frontier flag " flag[i]; bad = 1 } }
@@ -50,14 +49,14 @@ expect_error() {  # expect_error "message" command...
   if "$@" > "$work/err.out" 2>&1; then fail "expected an error from: $*"; fi
   grep -qF -- "$message" "$work/err.out" || { cat "$work/err.out" >&2; fail "expected '$message'"; }
 }
-expect_error "--trace: 'nope' is not one of the strategies" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60% --trace nope --out "$work/b2"
-expect_error "the smallest feasible budget is" "$remat" bench "${tiny[@]}" --steps 1 --budgets 1KiB --out "$work/b3"
-expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --steps 1 --budgets "" --out /proc/remat-bench
-expect_error "was made for another model or batch" "$remat" bench --layers 2 --hidden 64 --heads 2 --seq 16 --batch 2 --steps 1 --budgets 60% \
+expect_error "--trace: 'nope' is not one of the strategies" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 60% --trace nope --out "$work/b2"
+expect_error "the smallest feasible budget is" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 1KiB --out "$work/b3"
+expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget "" --out /proc/remat-bench
+expect_error "was made for another model or batch" "$remat" bench --layers 2 --hidden 64 --heads 2 --seq 16 --batch 2 --measure-steps 1 --budget 60% \
   --profile "$work/bench/profile.json" --out "$work/b8"
 "$remat" plan "${tiny[@]}" --profile "$work/bench/profile.json" --budget 60% > /dev/null || fail "bench's profile.json does not plan again"
-expect_error "the budgets list '60%' twice" "$remat" bench "${tiny[@]}" --steps 1 --budgets 60%,60% --out "$work/b6"
-expect_error "has an unknown unit 'parsecs'" "$remat" bench "${tiny[@]}" --steps 1 --budgets 12parsecs --out "$work/b7"
-expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --steps 1 --policies block block --budgets "" --out "$work/b4"
+expect_error "--budget lists '60%' twice" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 60%,60% --out "$work/b6"
+expect_error "has an unknown unit 'parsecs'" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 12parsecs --out "$work/b7"
+expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --measure-steps 1 --policies block block --budget "" --out "$work/b4"
 expect_error "unknown policy 'blocks'" "$remat" trace "${tiny[@]}" --policies blocks --out "$work/b5"
 echo "bench and trace: all checks passed"

@@ -1,11 +1,7 @@
 #!/usr/bin/env bash
 # `remat worker`: exports a file, answers each request line with measured steps (the same loss for
 # the same seed), and answers bad requests with an error line instead of exiting.
-set -euo pipefail
-remat="$1"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+source "$(dirname "$0")/lib.sh"
 printf '%s\n' '{"policy": "block", "steps": 2, "seed": 5}' '{"policy": "none", "seed": 5}' '{"policy": "blocks"}' \
   'not json' '{"policy": "ffn", "steps": 0}' '{"policy": "ffn", "steps": 2.5}' '{"policy": "ffn", "seed": -1}' '{"policy": "attn", "seed": 5, "trace": "'"$work"'/attn.csv"}' |
   "$remat" worker --layers 2 --hidden 32 --heads 2 --seq 16 --batch 2 --export "$work/model.pt" > "$work/out.jsonl"

@@ -1,20 +1,24 @@
 // `remat demo`: one model, trained one step at a time with and without checkpointing, and what
 // each way costs in activation memory and step time.
-#include "demo_command.h"
-
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <memory>
 
-#include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <ATen/Parallel.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "remat/statistics.h"
+#include "commands.h"
+#include "model_flags.h"
+#include "progress.h"
 #include "remat/checkpointed.h"
+#include "remat/error.h"
+#include "remat/plan_measurement.h"
+#include "remat/statistics.h"
 #include "remat/cpu_threads.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
@@ -23,6 +27,12 @@
 namespace remat::cli {
 namespace {
 
+struct DemoFlags {
+  ModelFlags model;
+  int measure_steps = 3;
+  bool json = false;
+};
+
 struct Strategy {
   std::string name;
   std::function<at::Tensor(const at::Tensor&)> forward;
@@ -30,7 +40,24 @@ struct Strategy {
   StepMeasurement last;
 };
 
-void run_demo(const DemoOptions& o) {
+void run_demo(DemoFlags& flags) {
+  flags.model.apply_preset();
+  const auto& m = flags.model.options.model;
+  const struct {
+    int64_t layers, channels, batch, tokens;
+    double dropout;
+    int64_t steps;
+    int threads;
+    uint64_t seed;
+  } o{m.layers, m.hidden, flags.model.options.batch, m.sequence, m.dropout, flags.measure_steps,
+      flags.model.options.threads, flags.model.options.seed};
+  REMAT_CHECK(o.layers >= 1 && o.layers <= 1024, "--layers must be in [1, 1024], got ", o.layers, ".");
+  REMAT_CHECK(o.channels >= 1 && o.channels <= 65536, "--hidden must be in [1, 65536], got ", o.channels, ".");
+  REMAT_CHECK(o.batch >= 1 && o.batch <= 65536, "--batch must be in [1, 65536], got ", o.batch, ".");
+  REMAT_CHECK(o.tokens >= 1 && o.tokens <= (1 << 20), "--seq must be in [1, 1048576], got ", o.tokens, ".");
+  REMAT_CHECK(o.dropout >= 0 && o.dropout <= 0.99, "--dropout must be in [0, 0.99], got ", o.dropout, ".");
+  REMAT_CHECK(o.threads >= 1 && o.threads <= 256, "--threads must be in [1, 256], got ", o.threads, ".");
+  std::ostream& out = human_output(flags.json);
   const std::string threads = set_cpu_threads(o.threads);
   install_cpu_memory_tracker();
   torch::manual_seed(o.seed);
@@ -48,54 +75,61 @@ void run_demo(const DemoOptions& o) {
       {"nested pairs", [&](const at::Tensor& in) { return stack->forward(in, models::StackMode::checkpoint_pairs_nested); }, {}, {}},
   };
 
-  std::cout << "remat demo: " << o.layers << " residual layers (LayerNorm, Linear " << o.channels << "->"
+  out << "remat demo: " << o.layers << " residual layers (LayerNorm, Linear " << o.channels << "->"
             << 4 * o.channels << ", GELU, Linear, dropout " << o.dropout << "), input " << o.batch << "x"
             << o.tokens << "x" << o.channels << " fp32, " << threads << ", " << o.steps
             << " measured steps per strategy after one warm-up, interleaved\n";
   const at::Tensor input = x.clone().requires_grad_(true);
-  const bool progress_on_terminal = isatty(STDERR_FILENO) != 0;
-  for (int64_t step = -1; step < o.steps; ++step) {
-    for (auto& s : strategies) {
-      stack->zero_grad();
-      input.mutable_grad().reset();
-      s.last = measure_step([&] { return s.forward(input).pow(2).mean(); });
-      if (step >= 0) s.step_seconds.push_back(s.last.step_seconds);
-      if (progress_on_terminal) {
-        std::cerr << "\r  step " << (step < 0 ? std::string("warm-up") : std::to_string(step + 1)) << "/" << o.steps
-                  << " " << s.name << "            " << std::flush;
+  {
+    Progress progress("round", o.steps + 1, o.steps + 1);
+    for (int64_t step = -1; step < o.steps; ++step) {
+      progress.update(step + 2, step < 0 ? "warm-up" : "measured");
+      for (auto& s : strategies) {
+        stack->zero_grad();
+        input.mutable_grad().reset();
+        s.last = measure_step([&] { return s.forward(input).pow(2).mean(); });
+        if (step >= 0) s.step_seconds.push_back(s.last.step_seconds);
       }
     }
   }
-  if (progress_on_terminal) std::cerr << "\r" << std::string(60, ' ') << "\r";
 
   const auto& none = strategies.front();
-  Table table({"strategy", "held after forward MiB", "activation peak MiB", "peak saved", "step s (median)", "time vs none"});
+  PlanMeasurement none_steps;
+  none_steps.all_step_seconds = none.step_seconds;
+  Table table({{"strategy", "strategy"}, {"held_after_forward_bytes", "held after forward"},
+               {"activation_peak_bytes", "activation peak"}, {"peak_saved_fraction", "peak saved"},
+               {"median_step_seconds", "step s (median)"}, {"step_time_ratio", "time vs none"}});
   for (const auto& s : strategies) {
     const double saved = 1.0 - static_cast<double>(s.last.activation_peak_bytes()) /
                                    static_cast<double>(none.last.activation_peak_bytes());
-    table.add_row({s.name, mib(s.last.activation_bytes_at_end_of_forward()), mib(s.last.activation_peak_bytes()),
-                   fixed(100.0 * saved, 1) + "%", fixed(median(s.step_seconds), 3),
-                   fixed(median(s.step_seconds) / median(none.step_seconds), 2) + "x"});
+    PlanMeasurement steps;
+    steps.all_step_seconds = s.step_seconds;
+    const double ratio = paired_time_ratio(steps, none_steps);  // per round: drift cancels
+    table.add_row({s.name,
+                   {format_bytes(s.last.activation_bytes_at_end_of_forward()), s.last.activation_bytes_at_end_of_forward()},
+                   {format_bytes(s.last.activation_peak_bytes()), s.last.activation_peak_bytes()},
+                   {fixed(100.0 * saved, 1) + "%", saved}, {fixed(median(s.step_seconds), 3), median(s.step_seconds)},
+                   {fixed(ratio, 2) + "x", ratio}});
   }
-  table.print(std::cout);
-  std::cout << "Activation figures are exact bytes from the tracking allocator, relative to what was held before the "
+  table.print(out);
+  if (flags.json) std::cout << nlohmann::json{{"strategies", table.json()}, {"measured_steps", o.steps}}.dump(2) << "\n";
+  out << "Activation figures are exact bytes from the tracking allocator, relative to what was held before the "
                "forward.\n";
 }
 
 }  // namespace
 
 void add_demo_command(CLI::App& app) {
-  auto options = std::make_shared<DemoOptions>();
+  auto flags = std::make_shared<DemoFlags>();
   CLI::App* demo = app.add_subcommand("demo", "Show the memory checkpointing saves on a stack of residual layers");
-  demo->add_option("--layers", options->layers, "Number of residual layers")->capture_default_str()->check(CLI::Range(1, 1024));
-  demo->add_option("--channels", options->channels, "Channels per token")->capture_default_str()->check(CLI::Range(1, 65536));
-  demo->add_option("--batch", options->batch, "Batch size")->capture_default_str()->check(CLI::Range(1, 65536));
-  demo->add_option("--tokens", options->tokens, "Tokens per sequence")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  demo->add_option("--dropout", options->dropout, "Dropout probability")->capture_default_str()->check(CLI::Range(0.0, 0.99));
-  demo->add_option("--steps", options->steps, "Measured steps per strategy")->capture_default_str()->check(CLI::Range(1, 1000));
-  demo->add_option("--threads", options->threads, "Intra-op threads")->capture_default_str()->check(CLI::Range(1, 256));
-  demo->add_option("--seed", options->seed, "Random seed")->capture_default_str();
-  demo->callback([options] { run_demo(*options); });
+  flags->model.add_to(*demo, ModelUse::stack);
+  auto& o = flags->model.options;
+  add_old_spelling(*demo, "--channels", "--hidden", o.model.hidden);
+  add_old_spelling(*demo, "--tokens", "--seq", o.model.sequence);
+  add_measure_steps_option(*demo, flags->measure_steps, "Measured rounds after one warm-up (each strategy one step per round)");
+  add_old_spelling(*demo, "--steps", "--measure-steps", flags->measure_steps);
+  add_json_flag(*demo, flags->json);
+  demo->callback([flags] { run_demo(*flags); });
 }
 
 }  // namespace remat::cli

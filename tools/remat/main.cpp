@@ -7,14 +7,9 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
-#include "demo_command.h"
-#include "bench_command.h"
-#include "estimate_command.h"
+#include "commands.h"
 #include "invocation.h"
-#include "plan_command.h"
 #include "remat/memory.h"
-#include "train_command.h"
-#include "worker_command.h"
 
 namespace {
 
@@ -27,7 +22,9 @@ std::string in_flag_words(std::string message) {
       {"TrainOptions::lr", "--lr"}, {"TrainOptions::warmup_steps", "--warmup"}, {"TrainOptions::steps", "--steps"},
       {"TrainOptions::threads", "--threads"}, {"TrainOptions::data_file", "--data"},
       {"TrainOptions::budget", "--budget"}, {"TrainOptions::plan_file", "--plan"},
-      {"TrainOptions::resume_dir", "--resume"}, {"remat: resume:", "remat: --resume:"},
+      {"TrainOptions::resume_dir", "--resume"}, {"TrainOptions::save_dir", "--save-state"},
+      {"TrainOptions::save_every", "--save-every"}, {"TrainOptions::keep_last", "--keep-last"},
+      {"remat: resume:", "remat: --resume:"},
       {"batch x GptConfig", "--batch x GptConfig"}};
   for (const auto& [field, flag] : fields) {
     for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at + std::strlen(flag))) {
@@ -45,11 +42,14 @@ int main(int argc, char** argv) {
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);
   remat::cli::add_train_command(app);
-  remat::cli::add_plan_commands(app);
+  remat::cli::add_plan_command(app);
+  remat::cli::add_policies_command(app);
+  remat::cli::add_profile_command(app);
   remat::cli::add_estimate_command(app);
   remat::cli::add_demo_command(app);
+  remat::cli::add_bench_command(app);
+  remat::cli::add_trace_command(app);
   remat::cli::add_worker_command(app);
-  remat::cli::add_bench_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

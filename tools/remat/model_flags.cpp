@@ -1,51 +1,92 @@
 #include "model_flags.h"
 
+#include <set>
+
 #include "remat/error.h"
+#include "remat/train/presets.h"
 
 namespace remat::cli {
 
-void ModelFlags::add_to(CLI::App& command) {
+void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string& data_help) {
   app = &command;
+  use = model_use;
   auto& m = options.model;
-  command.add_option("--preset", preset, "demo: a small GPT that learns in a minute; reference: the reference workload")
-      ->check(CLI::IsMember({"demo", "reference"}))->group("Model");
-  command.add_option("--layers", m.layers, "Transformer blocks")->capture_default_str()->group("Model");
-  command.add_option("--hidden", m.hidden, "Hidden size (channels)")->capture_default_str()->group("Model");
-  command.add_option("--heads", m.heads, "Attention heads (must divide --hidden)")->capture_default_str()->group("Model");
-  command.add_option("--seq", m.sequence, "Sequence length in bytes")->capture_default_str()->group("Model");
-  command.add_option("--dropout", m.dropout, "Dropout probability")->capture_default_str()->group("Model");
-  command.add_option("--batch", options.batch, "Sequences per step")->capture_default_str()->group("Training");
-  command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, see remat/cpu_threads.h)")->capture_default_str()->group("Training");
-  command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")->capture_default_str()->group("Training");
+  std::string preset_help = "Named configuration; explicit flags override its values:";
+  for (const auto& p : train::presets()) {
+    if (use == ModelUse::estimate || p.runnable) preset_help += "\n  " + p.name + ": " + p.description;
+  }
+  command.add_option("--preset", preset, preset_help)->group("Model");
+  command.add_option("--layers", m.layers, "Transformer blocks (residual layers for demo)")->capture_default_str()->group("Model");
+  command.add_option("--hidden", m.hidden, "Hidden size: channels per token")->capture_default_str()->group("Model");
+  if (use != ModelUse::stack) {
+    command.add_option("--heads", m.heads, "Attention heads (must divide --hidden)")->capture_default_str()->group("Model");
+  }
+  command.add_option("--seq", m.sequence, "Sequence length, tokens (bytes of text)")->capture_default_str()->group("Model");
+  command.add_option("--dropout", m.dropout, "Dropout probability, 0 to 1")->capture_default_str()->group("Model");
+  command.add_option("--batch", options.batch, "Sequences per step")->capture_default_str()->group("Model");
+  if (use == ModelUse::estimate) {
+    command.add_option("--vocab", m.vocabulary, "Vocabulary size, tokens")->capture_default_str()->group("Model");
+    command.add_option("--dtype", dtype, "Activation dtype: fp32, bf16 or fp16")
+        ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->group("Model");
+    return;
+  }
+  command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, see remat/cpu_threads.h)")
+      ->capture_default_str()->group("Machine");
+  command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")->capture_default_str()->group("Machine");
+  if (use == ModelUse::run) {
+    command.add_option("--data", options.data_file,
+                       data_help.empty() ? "Text file to take batches from, instead of the fortunes corpus" : data_help)
+        ->group("Model");
+  }
 }
 
 void ModelFlags::apply_preset() {
   if (preset.empty()) return;
+  const train::Preset& p = train::preset(preset);
+  REMAT_CHECK(use == ModelUse::estimate || p.runnable, "--preset ", p.name,
+              " is too big to run on this machine; it is for `remat estimate --preset ", p.name, "`.");
   auto set = [&](const char* flag, auto& field, auto value) {
     const CLI::Option* option = app->get_option_no_throw(flag);
-    if (option == nullptr || option->count() == 0) field = value;
+    if (option != nullptr && option->count() == 0) field = value;
   };
   auto& m = options.model;
-  if (preset == "demo") {
-    set("--layers", m.layers, 4);
-    set("--hidden", m.hidden, 128);
-    set("--heads", m.heads, 4);
-    set("--seq", m.sequence, 128);
-    set("--batch", options.batch, 8);
-    set("--dropout", m.dropout, 0.1);
-    set("--steps", options.steps, 300);
-    set("--lr", options.lr, 2e-3);
-    set("--warmup", options.warmup_steps, 30);
-  } else if (preset == "reference") {
-    set("--layers", m.layers, 8);
-    set("--hidden", m.hidden, 256);
-    set("--heads", m.heads, 8);
-    set("--seq", m.sequence, 256);
-    set("--batch", options.batch, 8);
-    set("--dropout", m.dropout, 0.1);
-  } else {
-    REMAT_CHECK(false, "unknown preset '", preset, "'; use demo or reference.");
+  set("--layers", m.layers, p.model.layers);
+  set("--hidden", m.hidden, p.model.hidden);
+  set("--heads", m.heads, p.model.heads);
+  set("--seq", m.sequence, p.model.sequence);
+  set("--vocab", m.vocabulary, p.model.vocabulary);
+  set("--dropout", m.dropout, p.model.dropout);
+  set("--batch", options.batch, p.batch);
+  set("--dtype", dtype, p.dtype);
+  if (p.steps) set("--steps", options.steps, *p.steps);
+  if (p.lr) set("--lr", options.lr, *p.lr);
+  if (p.warmup_steps) set("--warmup", options.warmup_steps, *p.warmup_steps);
+}
+
+CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
+                               bool old_plural) {
+  CLI::Option* option = command.add_option("--budget", budgets,
+                                           help + " (bytes, KiB/MiB/GiB or % of the unchecked activation peak; "
+                                                  "several: comma-separated or repeated)")
+                            ->delimiter(',')->group("Planning");
+  if (old_plural) add_old_spelling(command, "--budgets", "--budget", budgets)->delimiter(',');
+  return option;
+}
+
+void note_old_spelling(const std::string& old_name, const std::string& new_name) {
+  static std::set<std::string> noted;
+  if (noted.insert(old_name).second) {
+    std::cerr << "remat: " << old_name << " is now " << new_name << " (the old spelling will go away)\n";
   }
+}
+
+CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help) {
+  return command.add_option("--measure-steps", steps, help)->capture_default_str()->check(CLI::Range(1, 1000))->group("Measurement");
+}
+
+CLI::Option* add_json_flag(CLI::App& command, bool& json) {
+  return command.add_flag("--json", json, "Write one JSON document on stdout; progress and human output go to stderr")
+      ->group("Output");
 }
 
 }  // namespace remat::cli

@@ -1,8 +1,11 @@
-// Command-line flags that describe the GPT and its training, shared by `train` and `plan`, with
-// presets whose values apply to every flag the user did not give.
+// The flags every subcommand shares, registered one way everywhere (docs/cli.md lists them):
+// the model and its presets, budgets, measured steps, --json, and the old spellings that still
+// work with a note on stderr.
 #pragma once
 
+#include <iostream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -10,15 +13,51 @@
 
 namespace remat::cli {
 
+/// What a command's model flags describe.
+enum class ModelUse {
+  run,       ///< a GPT built and run here: runnable presets only; --threads, --seed, --data
+  estimate,  ///< an analytic estimate: every preset; --vocab, --dtype; no threads, seed or data
+  stack,     ///< remat demo's residual stack: layers, hidden, seq, batch, dropout, threads, seed
+};
+
 struct ModelFlags {
   train::TrainOptions options;
   std::string preset;
+  std::string dtype = "fp32";  ///< estimate only
+  ModelUse use = ModelUse::run;
   CLI::App* app = nullptr;
 
-  /// Registers --layers --hidden --heads --seq --batch --dropout --threads --seed --preset.
-  void add_to(CLI::App& command);
-  /// Applies the preset to the flags not given explicitly; throws for an unknown preset.
+  /// Registers --preset --layers --hidden --heads --seq --dropout --batch, and per `use` --threads
+  /// --seed --data (run), --vocab --dtype (estimate), --threads --seed (stack).
+  void add_to(CLI::App& command, ModelUse model_use, const std::string& data_help = "");
+  /// Applies the preset to every flag not given explicitly; errors for a preset this command cannot
+  /// run. Called first thing in every command's callback.
   void apply_preset();
 };
+
+/// `--budget B[,B...]` (also repeatable): activation budgets as bytes, KiB/MiB/GiB or % of the
+/// unchecked peak. `old_plural`: also accept the deprecated `--budgets`.
+CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
+                               bool old_plural = false);
+
+/// `--measure-steps N`: measured interleaved rounds, each strategy one step per round.
+CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help);
+
+/// `--json`: stdout holds exactly one JSON document; everything else goes to stderr.
+CLI::Option* add_json_flag(CLI::App& command, bool& json);
+
+/// Says once on stderr that `old_name` is now `new_name`.
+void note_old_spelling(const std::string& old_name, const std::string& new_name);
+
+/// An old spelling of `new_name`, hidden from --help, still working: it sets `target` and notes
+/// the new spelling on stderr.
+template <typename T>
+CLI::Option* add_old_spelling(CLI::App& command, const std::string& old_name, const std::string& new_name, T& target) {
+  return command.add_option(old_name, target)->group("")->each(
+      [old_name, new_name](const std::string&) { note_old_spelling(old_name, new_name); });
+}
+
+/// Where a command writes what people read: stderr under --json (stdout is the JSON's), else stdout.
+inline std::ostream& human_output(bool json) { return json ? std::cerr : std::cout; }
 
 }  // namespace remat::cli

@@ -1,21 +1,19 @@
-// `remat policies`, `remat plan` (a policy's plan, or the fastest plan under a memory budget, with
-// every manual policy compared and, with --measure, predictions checked against real steps) and
-// `remat profile` (the measured cost table).
-#include "plan_command.h"
-
+// `remat plan`: a policy's plan, or the fastest plan under one or several memory budgets, with
+// every manual policy compared and, with --measure, predictions checked against real steps.
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <sstream>
+#include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
-#include "files.h"
+#include "commands.h"
 #include "model_flags.h"
 #include "planning.h"
 #include "remat/error.h"
+#include "remat/files.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/plan_measurement.h"
@@ -28,7 +26,7 @@ namespace {
 struct PlanFlags {
   ModelFlags model;
   std::string policy;
-  std::string budgets;
+  std::vector<std::string> budgets;
   std::string profile_file;
   std::string save_file;
   int repeats = 5;
@@ -46,8 +44,6 @@ void print_verification(const train::TrainOptions& options, const Plan& plan, st
   chain.set_targets(sample.targets);
   out << "verify: " << verify_plan(chain, plan, sample.tokens).to_string();
 }
-
-std::string percent(double fraction) { return (fraction >= 0 ? "+" : "") + fixed(100.0 * fraction, 1) + "%"; }
 
 void run_policy_plan(PlanFlags& flags) {
   const auto& config = flags.model.options.model;
@@ -74,7 +70,7 @@ void run_budget_plan(PlanFlags& flags) {
   options.model.validate();
   const std::vector<std::string> budgets = budget_list(flags.budgets);
   REMAT_CHECK(!budgets.empty(), "--budget: give at least one budget, as in --budget 50% or --budget 200MiB.");
-  std::ostream& out = flags.json ? std::cerr : std::cout;
+  std::ostream& out = human_output(flags.json);
   ModelCosts costs;
   if (!flags.profile_file.empty()) {
     costs = load_profile_for(flags.profile_file, options);
@@ -154,44 +150,43 @@ void run_budget_plan(PlanFlags& flags) {
     };
     std::vector<size_t> optimal_index;
     std::vector<std::pair<std::string, size_t>> manual;
+    std::vector<size_t> manual_index;
     for (const auto& r : results) optimal_index.push_back(add(r.optimal.plan));
     for (const auto& o : results.front().others) {
-      if (o.name != "revolve" && o.name != "chen") manual.emplace_back(o.name, add(o.plan));
+      if (o.name == "revolve" || o.name == "chen") continue;
+      manual.emplace_back(o.name, add(o.plan));
+      manual_index.push_back(manual.back().second);
     }
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
     const auto measured = train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
     const double none_measured = measured[0].step_seconds;
+    auto overhead = [&](size_t i) { return paired_time_ratio(measured[i], measured[0]) - 1; };  // per round
     Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
                  "best manual fitting", "its measured overhead", "optimal <= best"});
     for (size_t b = 0; b < results.size(); ++b) {
       const auto& r = results[b];
       const auto& m = measured[optimal_index[b]];
+      const std::optional<size_t> best = fastest_fitting(measured, manual_index, r.bytes, 0);
       std::string best_name = "(none fits)";
-      double best_seconds = 0;
       for (const auto& [name, i] : manual) {
-        if (measured[i].activation_peak_bytes <= r.bytes && (best_seconds == 0 || measured[i].step_seconds < best_seconds)) {
-          best_name = name;
-          best_seconds = measured[i].step_seconds;
-        }
+        if (best && i == *best) best_name = name;
       }
       const double error = static_cast<double>(r.optimal.prediction.peak_bytes - m.activation_peak_bytes) /
                            static_cast<double>(m.activation_peak_bytes);
       table.add_row({r.text + " (" + format_bytes(r.bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
                      format_bytes(m.activation_peak_bytes) + (m.activation_peak_bytes <= r.bytes ? "" : " OVER"),
                      percent(error), percent(r.optimal.prediction.step_seconds / none_seconds - 1),
-                     percent(m.step_seconds / none_measured - 1), best_name,
-                     best_seconds > 0 ? percent(best_seconds / none_measured - 1) : "-",
-                     best_seconds == 0 || m.step_seconds <= best_seconds ? "yes" : "no"});
+                     percent(overhead(optimal_index[b])), best_name, best ? percent(overhead(*best)) : "-",
+                     !best || paired_time_ratio(m, measured[*best]) <= 1 ? "yes" : "no"});
       json_results[b]["measured_peak_bytes"] = m.activation_peak_bytes;
-      json_results[b]["measured_overhead"] = m.step_seconds / none_measured - 1;
+      json_results[b]["measured_overhead"] = overhead(optimal_index[b]);
       json_results[b]["best_manual"] = best_name;
-      json_results[b]["best_manual_measured_overhead"] = best_seconds > 0 ? nlohmann::json(best_seconds / none_measured - 1)
-                                                                          : nlohmann::json();
+      json_results[b]["best_manual_measured_overhead"] = best ? nlohmann::json(overhead(*best)) : nlohmann::json();
     }
     table.print(out);
     Table all({"plan", "measured peak", "measured overhead"});
     for (const auto& [name, i] : manual) {
-      all.add_row({name, format_bytes(measured[i].activation_peak_bytes), percent(measured[i].step_seconds / none_measured - 1)});
+      all.add_row({name, format_bytes(measured[i].activation_peak_bytes), percent(overhead(i))});
     }
     out << "\nmanual policies as measured (unchecked: " << format_bytes(measured[0].activation_peak_bytes) << ", "
         << fixed(none_measured, 3) << " s):\n";
@@ -199,7 +194,7 @@ void run_budget_plan(PlanFlags& flags) {
   }
 
   if (!flags.save_file.empty()) {
-    REMAT_CHECK(results.size() == 1, "--save writes one plan: give one budget.");
+    REMAT_CHECK(results.size() == 1, "--save-plan writes one plan: give one budget.");
     write_file_atomically(flags.save_file, results.front().optimal.plan.to_json() + "\n");
     out << "saved the optimal plan to " << flags.save_file << "\n";
   }
@@ -214,32 +209,28 @@ void run_budget_plan(PlanFlags& flags) {
 
 }  // namespace
 
-void add_plan_commands(CLI::App& app) {
-  CLI::App* policies = app.add_subcommand("policies", "List the checkpointing policies and their trade-offs");
-  policies->callback([] {
-    Table table({"policy", "trade-off"});
-    for (const auto& p : models::gpt_policy_descriptions()) table.add_row({p.name, p.tradeoff});
-    table.print(std::cout);
-  });
-
+void add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<PlanFlags>();
-  CLI::App* plan = app.add_subcommand("plan", "The plan of a policy, or the fastest plan under a memory budget");
-  flags->model.add_to(*plan);
-  plan->add_option("--data", flags->model.options.data_file, "Profile on this text file instead of the fortunes corpus")->group("Model");
-  plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Plan");
-  plan->add_option("--budget", flags->budgets,
-                   "Activation memory budget(s), comma-separated: bytes, KiB/MiB/GiB, or % of the unchecked peak")
-      ->group("Plan");
-  plan->add_option("--profile", flags->profile_file, "Use this profile (remat profile --save) instead of profiling")->group("Plan");
-  plan->add_option("--repeats", flags->repeats, "Profiling runs per stage")->capture_default_str()->check(CLI::Range(1, 100))->group("Plan");
-  plan->add_option("--slots", flags->slots, "Memory grid of the planner")->capture_default_str()->check(CLI::Range(1, 100000))->group("Plan");
-  plan->add_option("--save", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")->group("Output");
-  plan->add_flag("--json", flags->json, "Print JSON on stdout (human output goes to stderr)")->group("Output");
-  plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")->group("Output");
-  plan->add_option("--measure-steps", flags->measure_steps, "Measured steps per plan")->capture_default_str()->check(CLI::Range(1, 100))->group("Output");
+  CLI::App* plan = app.add_subcommand("plan", "The plan of a policy, or the fastest plan under memory budgets");
+  flags->model.add_to(*plan, ModelUse::run, "Text file to take the profiled batch from, instead of the fortunes corpus");
+  plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Planning");
+  add_budget_option(*plan, flags->budgets, "Plan for each of these activation budgets");
+  plan->add_option("--profile", flags->profile_file, "Plan from this profile (`remat profile --save-profile`) instead of profiling")
+      ->group("Planning");
+  plan->add_option("--repeats", flags->repeats, "Profiling runs per stage (the median is kept)")
+      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+  plan->add_option("--slots", flags->slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
+      ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
+  plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")
+      ->group("Measurement");
+  add_measure_steps_option(*plan, flags->measure_steps, "Measured interleaved steps per plan for --measure");
   plan->add_flag("--verify", flags->verify,
                  "Run one step plain and one under each plan from the same RNG state; print max |gradient difference|")
+      ->group("Measurement");
+  plan->add_option("--save-plan", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")
       ->group("Output");
+  add_old_spelling(*plan, "--save", "--save-plan", flags->save_file);
+  add_json_flag(*plan, flags->json);
   plan->callback([flags] {
     flags->model.apply_preset();
     REMAT_CHECK(flags->policy.empty() || flags->budgets.empty(), "give --policy or --budget, not both.");
@@ -247,22 +238,6 @@ void add_plan_commands(CLI::App& app) {
       run_policy_plan(*flags);
     } else {
       run_budget_plan(*flags);
-    }
-  });
-
-  auto profile_flags = std::make_shared<PlanFlags>();
-  CLI::App* profile = app.add_subcommand("profile", "Measure the GPT's per-stage costs (time, bytes kept, transients)");
-  profile_flags->model.add_to(*profile);
-  profile->add_option("--data", profile_flags->model.options.data_file, "Profile on this text file")->group("Model");
-  profile->add_option("--repeats", profile_flags->repeats, "Measured runs per stage")->capture_default_str()->check(CLI::Range(1, 100));
-  profile->add_option("--save", profile_flags->save_file, "Write the profile as JSON (for `remat plan --profile`)");
-  profile->callback([profile_flags] {
-    profile_flags->model.apply_preset();
-    const ModelCosts costs = profile_model(profile_flags->model.options, profile_flags->repeats);
-    std::cout << costs.half.to_table();
-    if (!profile_flags->save_file.empty()) {
-      save_profile(costs, profile_flags->save_file);
-      std::cout << "saved to " << profile_flags->save_file << "\n";
     }
   });
 }

@@ -4,10 +4,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "files.h"
 #include "remat/budget_planner.h"
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
+#include "remat/files.h"
 #include "remat/train/corpus.h"
 
 namespace remat::cli {
@@ -47,7 +47,7 @@ void save_profile(const ModelCosts& costs, const std::string& path) {
 
 ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& options) {
   std::ifstream in(path);
-  REMAT_CHECK(in.good(), "--profile: cannot read '", path, "'; write one with `remat profile --save FILE`.");
+  REMAT_CHECK(in.good(), "--profile: cannot read '", path, "'; write one with `remat profile --save-profile FILE`.");
   std::ostringstream text;
   text << in.rdbuf();
   ModelCosts costs = models::gpt_costs_from_json(text.str(), path);
@@ -55,14 +55,12 @@ ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& 
   return costs;
 }
 
-std::vector<std::string> budget_list(const std::string& text) {
+std::vector<std::string> budget_list(const std::vector<std::string>& given) {
   std::vector<std::string> budgets;
-  std::stringstream in(text);
-  std::string part;
-  while (std::getline(in, part, ',')) {
+  for (const auto& part : given) {
     if (part.empty()) continue;
     Budget{part};  // its form: a clear error for "12parsecs"
-    REMAT_CHECK(std::find(budgets.begin(), budgets.end(), part) == budgets.end(), "the budgets list '", part, "' twice.");
+    REMAT_CHECK(std::find(budgets.begin(), budgets.end(), part) == budgets.end(), "--budget lists '", part, "' twice.");
     budgets.push_back(part);
   }
   return budgets;

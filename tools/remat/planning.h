@@ -36,8 +36,8 @@ void save_profile(const ModelCosts& costs, const std::string& path);
 /// A saved profile, checked to describe the GPT and batch of `options`.
 ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& options);
 
-/// Comma-separated budgets (Budget's forms), checked for form and repeats before anything is
+/// Budgets as given to --budget (Budget's forms), checked for form and repeats before anything is
 /// profiled; empty entries are skipped.
-std::vector<std::string> budget_list(const std::string& text);
+std::vector<std::string> budget_list(const std::vector<std::string>& given);
 
 }  // namespace remat::cli

@@ -1,12 +1,15 @@
 #include "plots.h"
 
+#include "remat/memory.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
 
-#include "files.h"
+#include "remat/files.h"
+#include "table.h"
 #include "remat/error.h"
 
 namespace remat::cli {
@@ -199,7 +202,7 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
     const auto& s = series[i];
     for (const auto& e : s.events) {
       const int64_t bytes = e.bytes - s.base_bytes;
-      const double ms = 1e3 * e.seconds, mib = static_cast<double>(bytes) / (1024.0 * 1024.0);
+      const double ms = 1e3 * e.seconds, mib = mebibytes(bytes);
       csv << csv_field(s.name) << ',' << ms << ',' << bytes << ',' << to_string(e.phase) << '\n';
       data << i << '\t' << ms << '\t' << mib << '\t' << to_string(e.phase) << '\n';
       max_ms = std::max(max_ms, ms);

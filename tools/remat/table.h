@@ -1,70 +1,73 @@
-// A plain-text table for the CLI's reports: columns sized to their widest cell, numbers right-aligned.
+// The CLI's one row type: columns declared once, rows of cells that carry a text for people and a
+// value for machines, rendered as a plain-text table (columns sized to their widest cell, numbers
+// right-aligned), CSV, Markdown or JSON (an array of objects keyed by the columns' keys).
+//
+//   Table t({{"strategy", "strategy"}, {"peak_bytes", "activation peak"}});
+//   t.add_row({"block", {format_bytes(b), b}});
+//   t.print(std::cerr); write(t.csv()); json["rows"] = t.json();
 #pragma once
 
-#include <algorithm>
-#include <cctype>
-#include <iomanip>
-#include <ostream>
-#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/memory.h"
 
 namespace remat::cli {
 
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
-  void add_row(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-
-  void print(std::ostream& out) const {
-    std::vector<size_t> width(header_.size(), 0);
-    for (size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
-    for (const auto& row : rows_) {
-      for (size_t c = 0; c < row.size() && c < width.size(); ++c) width[c] = std::max(width[c], row[c].size());
-    }
-    // Columns of numbers align right, columns of words left.
-    std::vector<bool> left(width.size(), false);
-    for (const auto& row : rows_) {
-      for (size_t c = 0; c < row.size() && c < left.size(); ++c) {
-        const char first = row[c].empty() ? '0' : row[c][0];
-        if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-' || first == '.')) left[c] = true;
-      }
-    }
-    auto line = [&](const std::vector<std::string>& cells) {
-      for (size_t c = 0; c < width.size(); ++c) {
-        const std::string cell = c < cells.size() ? cells[c] : "";
-        const bool last = c + 1 == width.size();
-        const int pad = last && left[c] ? 0 : static_cast<int>(width[c]);  // no trailing blanks
-        out << (c == 0 ? "" : "  ") << (left[c] ? std::left : std::right) << std::setw(pad) << cell;
-      }
-      out << std::right << "\n";
-    };
-    line(header_);
-    size_t total = 0;
-    for (size_t w : width) total += w + 2;
-    out << std::string(total - 2, '-') << "\n";
-    for (const auto& row : rows_) line(row);
+/// A column: its key (CSV header, JSON field) and its title (table and Markdown header). A plain
+/// string is both. A data column (Column::data) goes to CSV and JSON only: plans, exact numbers.
+struct Column {
+  Column(const char* title) : key(title), title(title) {}
+  Column(std::string title) : key(title), title(std::move(title)) {}
+  Column(std::string key_, std::string title_) : key(std::move(key_)), title(std::move(title_)) {}
+  static Column data(std::string key) {
+    Column c(key, key);
+    c.for_people = false;
+    return c;
   }
-
- private:
-  std::vector<std::string> header_;
-  std::vector<std::vector<std::string>> rows_;
+  std::string key, title;
+  bool for_people = true;  ///< shown in the text table and Markdown
 };
 
-/// Formats a number with a fixed count of decimals.
-inline std::string fixed(double value, int decimals) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(decimals) << value;
-  return os.str();
-}
+/// A cell: what people read, and what machines get (the text itself unless given).
+struct Cell {
+  Cell(const char* text_) : text(text_), value(text_) {}
+  Cell(std::string text_) : text(text_), value(std::move(text_)) {}
+  Cell(std::string text_, nlohmann::json value_) : text(std::move(text_)), value(std::move(value_)) {}
+  std::string text;
+  nlohmann::json value;
+};
+
+class Table {
+ public:
+  Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+  /// A row of exactly one cell per column.
+  void add_row(std::vector<Cell> cells);
+  size_t rows() const { return rows_.size(); }
+
+  void print(std::ostream& out) const;
+  std::string csv() const;
+  std::string markdown() const;
+  nlohmann::json json() const;
+
+ private:
+  std::vector<Column> columns_;
+  std::vector<std::vector<Cell>> rows_;
+};
+
+/// A CSV field: quoted, with inner quotes doubled, when it holds a comma, a quote or a newline.
+std::string csv_field(const std::string& text);
+
+/// A number with a fixed count of decimals: fixed(3.14159, 2) is "3.14".
+std::string fixed(double value, int decimals);
+
+/// A fraction as a signed percentage: percent(0.253) is "+25.3%".
+std::string percent(double fraction);
 
 /// "1.254 s", or "3.41 ms" below a tenth of a second.
-inline std::string format_seconds(double seconds) {
-  if (seconds >= 0.1) return fixed(seconds, 3) + " s";
-  const double ms = seconds * 1e3;
-  return fixed(ms, ms < 10 ? 2 : 1) + " ms";
-}
-
-inline std::string mib(int64_t bytes) { return fixed(static_cast<double>(bytes) / (1024.0 * 1024.0), 1); }
+std::string format_seconds(double seconds);
 
 }  // namespace remat::cli

@@ -6,18 +6,20 @@
 //
 // A driver in Python interleaves these steps with its own, so both runtimes see the same machine
 // drift; each step re-seeds the generator so dropout masks match the driver's for the same seed.
-#include "worker_command.h"
-
+// Its stdout is JSON Lines always (one document per line: the ready line, then one per request);
+// --json is accepted, like every subcommand's, and changes nothing.
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
-#include "files.h"
+#include "commands.h"
 #include "model_flags.h"
 #include "planning.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/error.h"
+#include "remat/files.h"
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
 #include "remat/models/gpt.h"
@@ -29,6 +31,7 @@ namespace {
 struct WorkerFlags {
   ModelFlags model;
   std::string export_file;
+  bool json = false;
 };
 
 void export_model_and_batch(const SampleModel& sample, const std::string& path) {
@@ -118,10 +121,10 @@ void add_worker_command(CLI::App& app) {
   auto flags = std::make_shared<WorkerFlags>();
   CLI::App* worker = app.add_subcommand(
       "worker", "Export the GPT and a batch, then run measured steps requested as JSON lines on stdin (for bench scripts)");
-  flags->model.add_to(*worker);
-  worker->add_option("--data", flags->model.options.data_file, "Take the batch from this text file")->group("Model");
-  worker->add_option("--export", flags->export_file, "Write weights, tokens and targets here (torch.load-able)")
-      ->required();
+  flags->model.add_to(*worker, ModelUse::run, "Text file to take the batch from, instead of the fortunes corpus");
+  worker->add_option("--export", flags->export_file, "Write weights, tokens and targets to this file (torch.load-able)")
+      ->required()->group("Output");
+  add_json_flag(*worker, flags->json)->description("Accepted for uniformity: the worker's stdout is always JSON Lines");
   worker->callback([flags] { run_worker(*flags); });
 }
 

@@ -1,14 +1,16 @@
 #include "remat/train/state_dir.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "remat/error.h"
+#include "remat/files.h"
 
 namespace remat::train {
 
@@ -16,38 +18,44 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fnv1a64(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REMAT_CHECK(in.good(), "cannot read '", path.string(), "'.");
+// FNV-1a, 64 bits: a checksum that catches flipped bits and truncation (not tampering).
+struct Fnv1a64 {
   uint64_t hash = 1469598103934665603ULL;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      hash ^= static_cast<unsigned char>(buffer[i]);
+  void add(const char* data, size_t size) {
+    for (size_t i = 0; i < size; ++i) {
+      hash ^= static_cast<unsigned char>(data[i]);
       hash *= 1099511628211ULL;
     }
   }
-  std::ostringstream os;
-  os << std::hex << std::setw(16) << std::setfill('0') << hash;
-  return os.str();
+  std::string hex() const {
+    std::ostringstream os;
+    os << std::hex << std::setw(16) << std::setfill('0') << hash;
+    return os.str();
+  }
+};
+
+std::string fnv1a64(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  REMAT_CHECK(in.good(), "cannot read '", path.string(), "'.");
+  Fnv1a64 fnv;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) fnv.add(buffer, static_cast<size_t>(in.gcount()));
+  return fnv.hex();
 }
 
-void fsync_path(const fs::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+// meta.json's own checksum, over its compact form without the checksum field.
+constexpr const char* kMetaChecksum = "meta_fnv1a64";
+std::string meta_checksum(nlohmann::json meta) {
+  meta.erase(kMetaChecksum);
+  const std::string text = meta.dump();
+  Fnv1a64 fnv;
+  fnv.add(text.data(), text.size());
+  return fnv.hex();
 }
 
-void write_text_durably(const fs::path& path, const std::string& text) {
-  {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    REMAT_CHECK(out.good(), "cannot write '", path.string(), "'.");
-  }
-  fsync_path(path);
+// At most `limit` characters of `text`, for error messages about files that may be large.
+std::string excerpt(const std::string& text, size_t limit = 120) {
+  return text.size() <= limit ? text : text.substr(0, limit) + "...";
 }
 
 std::string step_name(int64_t step) {
@@ -59,7 +67,8 @@ std::string step_name(int64_t step) {
 }  // namespace
 
 fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
-                        const std::function<void(const fs::path&)>& write_files) {
+                        const std::function<void(const fs::path&)>& write_files, int keep_last) {
+  REMAT_CHECK(keep_last >= 1, "save_state_dir: keep_last must be at least 1 (the state just saved), got ", keep_last, ".");
   std::error_code error;
   fs::create_directories(dir, error);
   REMAT_CHECK(!error && fs::is_directory(dir), "cannot create the state directory '", dir.string(), "': ",
@@ -71,12 +80,13 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
     write_files(temporary);
     nlohmann::json files = nlohmann::json::object();
     for (const auto& entry : fs::directory_iterator(temporary)) {
-      fsync_path(entry.path());
+      sync_to_disk(entry.path());
       files[entry.path().filename().string()] = {{"bytes", fs::file_size(entry.path())}, {"fnv1a64", fnv1a64(entry.path())}};
     }
     meta["files"] = files;
-    write_text_durably(temporary / "meta.json", meta.dump(2));
-    fsync_path(temporary);
+    meta[kMetaChecksum] = meta_checksum(meta);
+    write_file_atomically((temporary / "meta.json").string(), meta.dump(2));
+    sync_to_disk(temporary);
   } catch (...) {
     fs::remove_all(temporary, error);
     throw;
@@ -86,16 +96,19 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
   const fs::path displaced = dir / (".old-" + step_name(step) + "-" + std::to_string(::getpid()));
   if (fs::exists(final_dir)) fs::rename(final_dir, displaced);
   fs::rename(temporary, final_dir);
-  const fs::path latest_tmp = dir / ".latest.tmp";
-  write_text_durably(latest_tmp, step_name(step) + "\n");
-  fs::rename(latest_tmp, dir / "latest");
-  fsync_path(dir);
-  // Only now is the previous state garbage.
+  write_file_atomically((dir / "latest").string(), step_name(step) + "\n");
+  sync_to_disk(dir);
+  // Only now are older states garbage: all but the newest `keep_last` up to this one. States of
+  // later steps (a run this one resumed before) are left alone.
+  std::vector<std::string> older;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    const bool old_state = name.rfind("step-", 0) == 0 && name != step_name(step);
-    if (old_state || name.rfind(".old-", 0) == 0) fs::remove_all(entry.path(), error);
+    if (name.rfind(".old-", 0) == 0) fs::remove_all(entry.path(), error);
+    if (name.rfind("step-", 0) == 0 && name < step_name(step)) older.push_back(name);  // zero-padded: names sort by step
   }
+  std::sort(older.begin(), older.end());
+  const size_t keep_older = static_cast<size_t>(keep_last - 1);
+  for (size_t i = 0; i + keep_older < older.size(); ++i) fs::remove_all(dir / older[i], error);
   return final_dir;
 }
 
@@ -114,15 +127,21 @@ std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
   REMAT_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(state, error), "resume: '",
               latest.string(), "' names '", name, "', which is not a state directory; the state is corrupt.");
   nlohmann::json meta;
+  const std::string meta_path = (state / "meta.json").string();
   try {
-    std::ifstream in(state / "meta.json");
+    std::ifstream in(meta_path);
     meta = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, "resume: '", (state / "meta.json").string(), "' is not valid JSON (", e.what(),
-                "); the state is corrupt.");
+    REMAT_CHECK(false, "resume: '", meta_path, "' is not valid JSON (", excerpt(e.what()), "); the state is corrupt.");
   }
-  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), "resume: '",
-              (state / "meta.json").string(), "' lists no files; the state is corrupt.");
+  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), "resume: '", meta_path,
+              "' lists no files; the state is corrupt.");
+  // States saved before meta.json had a checksum of its own load as they did; any other needs it.
+  if (meta.contains(kMetaChecksum)) {
+    REMAT_CHECK(meta[kMetaChecksum].is_string() && meta[kMetaChecksum].get<std::string>() == meta_checksum(meta),
+                "resume: '", meta_path, "' does not match its checksum (", excerpt(meta[kMetaChecksum].dump(), 40),
+                "): it was changed or is corrupt. Resume from another copy.");
+  }
   for (const auto& [file, info] : meta["files"].items()) {
     const fs::path path = state / file;
     REMAT_CHECK(fs::exists(path, error), "resume: state file '", path.string(), "' is missing.");

@@ -49,6 +49,10 @@ void check_options(const TrainOptions& o) {
   REMAT_CHECK(o.threads >= 1, "TrainOptions::threads must be at least 1, got ", o.threads, ".");
   REMAT_CHECK(o.budget.empty() || o.plan_file.empty(), "give TrainOptions::budget or TrainOptions::plan_file, not both.");
   REMAT_CHECK(o.profile_repeats >= 1, "TrainOptions::profile_repeats must be at least 1, got ", o.profile_repeats, ".");
+  REMAT_CHECK(o.save_every >= 0, "TrainOptions::save_every must be >= 0 (0: no periodic saves), got ", o.save_every, ".");
+  REMAT_CHECK(o.save_every == 0 || !o.save_dir.empty(),
+              "TrainOptions::save_every needs TrainOptions::save_dir: say where the periodic saves go.");
+  REMAT_CHECK(o.keep_last >= 1, "TrainOptions::keep_last must be at least 1, got ", o.keep_last, ".");
   if (!o.budget.empty()) Budget{o.budget};  // its form, before anything is allocated
 }
 
@@ -192,7 +196,14 @@ StepRecord Trainer::step() {
   record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   record.activation_peak_bytes = m.activation_peak_bytes();
   record.tokens = tokens.numel();
+  if (options_.save_every > 0 && step_ % options_.save_every == 0) save();
   return record;
+}
+
+void Trainer::save() const {
+  REMAT_CHECK(!options_.save_dir.empty(), "save: TrainOptions::save_dir is empty; say where to save.");
+  if (saved_step_ == step_) return;
+  save(options_.save_dir);
 }
 
 void Trainer::save(const std::string& dir) const {
@@ -203,7 +214,8 @@ void Trainer::save(const std::string& dir) const {
     torch::save(model_, (into / "model.pt").string());
     torch::save(*optimizer_, (into / "optimizer.pt").string());
     torch::save(at::detail::getDefaultCPUGenerator().get_state(), (into / "rng.pt").string());
-  });
+  }, options_.keep_last);
+  if (dir == options_.save_dir) saved_step_ = step_;
 }
 
 std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
@@ -232,6 +244,7 @@ CompareResult Trainer::compare(int steps) {
   result.plan_step_seconds = measured[0].step_seconds;
   result.none_activation_peak_bytes = measured[1].activation_peak_bytes;
   result.none_step_seconds = measured[1].step_seconds;
+  result.step_time_ratio = paired_time_ratio(measured[0], measured[1]);
   return result;
 }
 

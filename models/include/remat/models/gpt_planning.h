@@ -34,7 +34,11 @@ void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t bat
 /// The optimal plan (half-block chain) for `budget`; throws naming the least feasible budget.
 BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots = 1000);
 
-/// Every GPT policy compare_planners tries (generic and GPT-specific, with and without ",skip-ends").
+/// The GPT's policies worth comparing, generic and its own, without ",skip-ends" (the one list:
+/// planners' comparisons and `remat bench`'s defaults derive from it).
+std::vector<std::string> gpt_policy_names();
+
+/// Every GPT policy compare_planners tries: gpt_policy_names() with and without ",skip-ends".
 std::vector<std::string> gpt_policy_candidates();
 
 /// Those policies, Revolve and Chen at `budget_bytes`, all costed on the half-block table.

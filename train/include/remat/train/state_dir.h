@@ -2,10 +2,13 @@
 //
 //   DIR/latest              the name of the newest complete state ("step-000040"), replaced atomically
 //   DIR/step-000040/        one complete state: the files the trainer writes, plus meta.json
-//                           holding the size and FNV-1a checksum of each of them
+//                           holding the size and FNV-1a checksum of each of them, and its own
+//                           checksum (meta_fnv1a64)
+//   DIR/step-000020/        an older state, kept when save_state_dir is asked to keep more than one
 //
 // A state is written into a temporary directory, flushed, renamed into place, and only then does
-// `latest` (written to a temporary file and renamed over) point at it; older states go last.
+// `latest` (written to a temporary file and renamed over) point at it; states beyond the newest
+// `keep_last` go last.
 // Loading checks every file's size and checksum before anything is read into the model.
 #pragma once
 
@@ -19,9 +22,11 @@
 namespace remat::train {
 
 /// Writes a state: `write_files(directory)` writes its files into `directory`; `meta` is stored
-/// as meta.json with the checksums added. Returns the state's directory.
+/// as meta.json with the checksums added. Keeps this state and the `keep_last - 1` newest older
+/// ones, removing the rest. Returns the state's directory.
 std::filesystem::path save_state_dir(const std::filesystem::path& dir, int64_t step, nlohmann::json meta,
-                                     const std::function<void(const std::filesystem::path&)>& write_files);
+                                     const std::function<void(const std::filesystem::path&)>& write_files,
+                                     int keep_last = 1);
 
 /// Finds the newest complete state in `dir`, verifies its files, and returns its directory and
 /// meta.json. Throws a clear error for a missing, truncated or corrupt state.

@@ -39,6 +39,9 @@ struct TrainOptions {
   std::string data_file;                            ///< empty: the default corpus
   std::string corpus_dir = kDefaultCorpusDir;       ///< where the default corpus lives
   std::string resume_dir;                           ///< continue from this saved state
+  std::string save_dir;   ///< where save() and periodic saves write (remat/train/state_dir.h)
+  int64_t save_every = 0;  ///< > 0: step() saves to save_dir after every this many global steps
+  int keep_last = 1;       ///< saved states kept in save_dir, the newest; older ones are removed
 };
 
 struct StepRecord {
@@ -57,15 +60,20 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
 struct CompareResult {
   int64_t plan_activation_peak_bytes = 0, none_activation_peak_bytes = 0;
   double plan_step_seconds = 0, none_step_seconds = 0;  ///< medians, interleaved steps
+  double step_time_ratio = 0;  ///< plan / none, paired per round (remat::paired_time_ratio)
 };
 
 class Trainer {
  public:
   explicit Trainer(TrainOptions options);
 
+  /// One training step; then, every TrainOptions::save_every global steps, a save to save_dir.
   StepRecord step();
-  /// Saves model, optimiser, step, config, plan and RNG states to `dir` atomically.
+  /// Saves model, optimiser, step, config, plan and RNG states to `dir` atomically, keeping the
+  /// newest TrainOptions::keep_last states there.
   void save(const std::string& dir) const;
+  /// save(TrainOptions::save_dir), unless this step is already saved there.
+  void save() const;
   /// Measures `steps` interleaved forward+backward passes of the plan and of `none` on one batch,
   /// without updating the model.
   CompareResult compare(int steps);
@@ -96,6 +104,7 @@ class Trainer {
   std::optional<BudgetPlan> budget_plan_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
+  mutable int64_t saved_step_ = -1;  ///< the global step last saved to save_dir
   std::string threads_description_;
 };
 

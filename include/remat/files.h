@@ -1,0 +1,21 @@
+// remat/files.h — files written so that a crash or a full disk loses nothing: readers see either
+// the old file or the whole new one. Plans, profiles, reports and saved training state all go
+// through here.
+//
+//   remat::write_file_atomically("plan.json", plan.to_json());
+#pragma once
+
+#include <string>
+
+namespace remat {
+
+/// Writes `text` to a temporary beside `path` (a name of its own per process and call), flushes it
+/// to disk, and only then renames it over `path`. A failed write removes the temporary, leaves
+/// `path` as it was, and throws an error saying why.
+void write_file_atomically(const std::string& path, const std::string& text);
+
+/// Flushes a file or a directory (its entries: a rename into it) to disk; quietly does nothing
+/// where the system cannot.
+void sync_to_disk(const std::string& path);
+
+}  // namespace remat

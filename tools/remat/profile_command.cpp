@@ -1,0 +1,46 @@
+// `remat profile`: the GPT's measured per-stage costs (time, bytes kept, transients), the input of
+// the planner; saved, they let `remat plan --profile` and `remat bench --profile` plan again
+// without measuring.
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "model_flags.h"
+#include "planning.h"
+
+namespace remat::cli {
+namespace {
+
+struct ProfileFlags {
+  ModelFlags model;
+  int repeats = 5;
+  std::string save_file;
+  bool json = false;
+};
+
+}  // namespace
+
+void add_profile_command(CLI::App& app) {
+  auto flags = std::make_shared<ProfileFlags>();
+  CLI::App* cmd = app.add_subcommand("profile", "Measure the GPT's per-stage costs (time, bytes kept, transients)");
+  flags->model.add_to(*cmd, ModelUse::run, "Text file to take the profiled batch from, instead of the fortunes corpus");
+  cmd->add_option("--repeats", flags->repeats, "Measured runs per stage (the median is kept)")
+      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+  cmd->add_option("--save-profile", flags->save_file, "Write the profile as JSON to this file (for --profile FILE)")
+      ->group("Output");
+  add_old_spelling(*cmd, "--save", "--save-profile", flags->save_file);
+  add_json_flag(*cmd, flags->json);
+  cmd->callback([flags] {
+    flags->model.apply_preset();
+    std::ostream& out = human_output(flags->json);
+    const ModelCosts costs = profile_model(flags->model.options, flags->repeats);
+    out << costs.half.to_table();
+    if (!flags->save_file.empty()) {
+      save_profile(costs, flags->save_file);
+      out << "saved to " << flags->save_file << "\n";
+    }
+    if (flags->json) std::cout << costs.half.to_json() << "\n";
+  });
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,134 @@
+#include "strategies.h"
+
+#include <algorithm>
+#include <iostream>
+
+#include "remat/error.h"
+#include "remat/memory.h"
+#include "remat/memory_timeline.h"
+#include "remat/models/estimator.h"
+#include "remat/models/gpt_policies.h"
+#include "table.h"
+
+namespace remat::cli {
+namespace {
+
+// One step of `plan` recorded at every allocation and free; the model's gradients must already
+// exist (a warm-up step) so the timeline shows a steady-state step.
+TimelineSeries trace_step(SampleModel& sample, const Strategy& strategy, uint64_t seed) {
+  models::GptChain chain(sample.model, strategy.plan.granularity);
+  chain.set_targets(sample.targets);
+  TimelineSeries series;
+  series.name = strategy.name;
+  MemoryTimeline timeline;
+  const StepMeasurement m = seeded_step(sample, chain, strategy.plan, seed).measurement;
+  series.events = timeline.stop();
+  series.base_bytes = m.bytes_before_forward;
+  series.caption = "peak " + format_bytes(m.activation_peak_bytes()) + ", step " + format_seconds(m.step_seconds);
+  return series;
+}
+
+std::filesystem::path prepare_out_dir(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  REMAT_CHECK(!error && std::filesystem::is_directory(dir), "--out: cannot create the folder '", dir, "' (",
+              error.message(), "); give a writable path.");
+  return std::filesystem::path(dir);
+}
+
+// The policies that will run: all given ones, or the defaults that apply to this depth.
+std::vector<std::string> runnable_policies(const StrategyFlags& flags, int64_t layers) {
+  std::vector<std::string> out;
+  for (const auto& policy : flags.policies) {
+    try {
+      models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
+    } catch (const c10::Error&) {
+      if (flags.default_policies) continue;
+      throw;
+    }
+    REMAT_CHECK(std::find(out.begin(), out.end(), policy) == out.end(), "--policies lists '", policy, "' twice.");
+    out.push_back(policy);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, const std::vector<std::string>& policies,
+                                      const std::vector<std::string>& budgets, int64_t slots) {
+  std::vector<Strategy> strategies;
+  for (const auto& policy : policies) {
+    Strategy s;
+    s.name = policy;
+    s.plan = models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
+    if (costs != nullptr) s.prediction = costs->predict(s.plan);
+    strategies.push_back(std::move(s));
+  }
+  for (const auto& text : budgets) {
+    REMAT_CHECK(costs != nullptr, "planning for a budget needs a profile.");
+    Strategy s;
+    s.name = "optimal " + text;
+    s.planner = true;
+    s.budget_text = text;
+    const BudgetPlan choice = models::gpt_plan_for_budget(*costs, text, slots);
+    s.budget_bytes = choice.budget_bytes;
+    s.plan = choice.plan;
+    s.prediction = choice.prediction;
+    strategies.push_back(std::move(s));
+  }
+  return strategies;
+}
+
+ModelCosts strategy_costs(const StrategyFlags& flags) {
+  const auto& options = flags.model.options;
+  if (!flags.profile_file.empty()) {
+    return load_profile_for(flags.profile_file, options);
+  }
+  std::cerr << "profiling the GPT's stages (" << flags.repeats << " interleaved repeats)...\n";
+  return profile_model(options, flags.repeats);
+}
+
+std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,
+                                             const std::vector<std::string>& names, uint64_t seed) {
+  std::vector<TimelineSeries> series;
+  for (const auto& name : names) {
+    for (const auto& s : strategies) {
+      if (s.name == name) series.push_back(trace_step(sample, s, seed));
+    }
+  }
+  return series;
+}
+
+std::string model_title(const train::TrainOptions& o) {
+  const auto& m = o.model;
+  return "GPT " + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
+         std::to_string(m.heads) + " heads, seq " + std::to_string(m.sequence) + ", batch " + std::to_string(o.batch) +
+         ", dropout " + fixed(m.dropout, 2) + ", fp32";
+}
+
+CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
+  flags.model.apply_preset();
+  flags.model.options.model.validate();
+  CheckedStrategies checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers),
+                            budget_list(flags.budgets)};
+  REMAT_CHECK(!checked.policies.empty() || !checked.budgets.empty(), "nothing to run: give --policies or --budget.");
+  return checked;
+}
+
+void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::string& budget_help) {
+  flags.model.add_to(command, ModelUse::run, "Text file to take the batch from, instead of the fortunes corpus");
+  command.add_option("--policies", flags.policies, "Manual policies to run (see `remat policies`), space-separated")
+      ->capture_default_str()->group("Planning");
+  add_budget_option(command, flags.budgets, budget_help, /*old_plural=*/true)->capture_default_str();
+  command.add_option("--profile", flags.profile_file,
+                     "Plan from this profile (`remat profile --save-profile`) instead of profiling")->group("Planning");
+  command.add_option("--repeats", flags.repeats, "Profiling runs per stage (the median is kept)")
+      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+  command.add_option("--slots", flags.slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
+      ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
+  command.add_option("--out", flags.out_dir, "Folder for the files written (created if missing)")->capture_default_str()->group("Output");
+  command.add_flag("--no-plots", flags.no_plots, "Write data only; do not run gnuplot")->group("Output");
+  add_json_flag(command, flags.json);
+}
+
+}  // namespace remat::cli
