@@ -3,6 +3,7 @@
 # libopenblas0-pthread matters: without it LibTorch falls back to reference BLAS (~40x slower).
 set -euo pipefail
 packages=(cmake g++ make libtorch-dev libopenblas0-pthread libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
+  libgloo-dev  # headers of c10d's ProcessGroupGloo (remat/distributed.h); the code is in libtorch_cpu
   fortunes-min fortunes  # the default training corpus (English text)
   gnuplot-nox fonts-dejavu-core  # remat bench's and remat trace's plots (PNG and SVG)
   python3-torch)  # bench/pytorch_side_by_side.py: the same LibTorch from Python, for comparisons

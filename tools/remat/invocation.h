@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace remat::cli {
 
@@ -10,10 +11,17 @@ inline std::string& invocation() {
   return text;
 }
 
+/// The arguments themselves, argv[1..].
+inline std::vector<std::string>& invocation_arguments() {
+  static std::vector<std::string> arguments;
+  return arguments;
+}
+
 /// Records argv as one shell-readable line (arguments with spaces or shell characters quoted).
 inline void record_invocation(int argc, char** argv) {
   std::string& text = invocation();
   text.clear();
+  invocation_arguments().assign(argv + (argc > 0 ? 1 : 0), argv + argc);
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
     if (i == 0) {

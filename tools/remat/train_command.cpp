@@ -9,7 +9,9 @@
 
 #include "model_flags.h"
 #include "planning.h"
+#include "invocation.h"
 #include "progress.h"
+#include "remat/distributed.h"
 #include "remat/error.h"
 #include "remat/memory.h"
 #include "remat/statistics.h"
@@ -27,6 +29,10 @@ struct TrainFlags {
   bool json = false;
   int64_t sample_bytes = 200;
   int measure_steps = 3;
+  int nproc = 1;
+  double bucket_mib = 25;
+  bool no_overlap = false;
+  int dist_timeout = 300;
 };
 
 // Length of the valid UTF-8 sequence starting at text[i], or 0 if none does.
@@ -67,11 +73,39 @@ void run_train(TrainFlags& flags) {
   REMAT_CHECK(flags.budgets.size() <= 1, "--budget: train runs under one plan; give one budget, not ",
               flags.budgets.size(), " (`remat plan --budget` compares several).");
   if (!flags.budgets.empty()) options.budget = flags.budgets.front();
-  std::ostream& out = human_output(flags.json);  // with --json, stdout holds only the JSON
+  REMAT_CHECK(flags.bucket_mib > 0, "--bucket-mib must be positive, got ", flags.bucket_mib, ".");
+  if (flags.nproc > 1 && !distributed::launched_by_environment()) {
+    // This process launches the ranks (each this same command line) and waits for them.
+    std::vector<std::string> argv = {"/proc/self/exe"};
+    for (const auto& a : invocation_arguments()) argv.push_back(a);
+    const int status = distributed::launch_local(flags.nproc, argv, std::chrono::seconds(flags.dist_timeout + 10));
+    REMAT_CHECK(status == 0, "--nproc ", flags.nproc, ": a rank failed with exit status ", status,
+                " (its error is above); the others were stopped.");
+    return;
+  }
+  if (distributed::launched_by_environment()) {
+    distributed::JoinOptions join;
+    join.timeout = std::chrono::seconds(flags.dist_timeout);
+    options.process_group = distributed::ProcessGroup::join(join);
+    options.synchronizer = distributed::SynchronizerOptions()
+                               .bucket_bytes(static_cast<int64_t>(flags.bucket_mib * 1024 * 1024))
+                               .overlap(!flags.no_overlap);
+  }
+  const int rank = options.process_group ? options.process_group->rank() : 0;
+  const int ranks = options.process_group ? options.process_group->world_size() : 1;
+  std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
+  std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
   if (!options.budget.empty()) out << "profiling for --budget " << options.budget << "...\n";
   // With a budget, the trainer profiles its model and plans; every input is checked first.
   train::Trainer trainer(options);
   const auto& o = trainer.options();
+  if (ranks > 1) {
+    out << "data-parallel: " << ranks << " ranks (c10d Gloo), batch " << o.batch << " per rank = " << o.batch * ranks
+        << " per step; gradients averaged in " << trainer.synchronizer_buckets() << " buckets of up to "
+        << fixed(flags.bucket_mib, 1) << " MiB (" << format_bytes(trainer.synchronizer_bytes())
+        << " allocated once, outside the activation peak), "
+        << (flags.no_overlap ? "after backward" : "overlapping backward") << "\n";
+  }
 
   out << "remat train: GPT " << o.model.describe() << "; batch " << o.batch << ", lr " << o.lr << " (warm-up "
       << o.warmup_steps << "), " << trainer.threads_description() << ", seed " << o.seed << "\n"
@@ -89,11 +123,11 @@ void run_train(TrainFlags& flags) {
 
   std::vector<train::StepRecord> records;
   {
-    Progress progress("step", o.steps);
+    Progress progress("step", rank == 0 ? o.steps : 0);
     for (int64_t i = 0; i < o.steps; ++i) {
       records.push_back(trainer.step());
       const auto& r = records.back();
-      progress.update(i + 1, "global step " + std::to_string(r.step) + ", loss " + fixed(r.loss, 4) + ", " +
+      if (rank == 0) progress.update(i + 1, "global step " + std::to_string(r.step) + ", loss " + fixed(r.loss, 4) + ", " +
                                  fixed(static_cast<double>(r.tokens) / r.seconds, 0) + " tok/s, activation peak " +
                                  format_bytes(r.activation_peak_bytes) +
                                  (o.save_every > 0 && r.step % o.save_every == 0 ? ", saved" : ""));
@@ -115,6 +149,17 @@ void run_train(TrainFlags& flags) {
   nlohmann::json report = {{"policy", trainer.plan_source()}, {"plan", trainer.plan().to_string()},
                            {"steps", records.size()}, {"activation_peak_bytes", peak},
                            {"step_seconds_median", median(seconds)}};
+  double total_seconds = 0, communication_seconds = 0;
+  int64_t total_tokens = 0;
+  for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) {
+    total_seconds += records[i].seconds;
+    communication_seconds += records[i].communication_seconds;
+    total_tokens += records[i].tokens;
+  }
+  const double tokens_per_second = total_seconds > 0 ? static_cast<double>(total_tokens) / total_seconds : 0;
+  report["ranks"] = ranks;
+  report["tokens_per_second"] = tokens_per_second;  // over all ranks
+  report["communication_fraction"] = total_seconds > 0 ? communication_seconds / total_seconds : 0;
   std::vector<double> losses;
   for (const auto& r : records) losses.push_back(r.loss);
   report["losses"] = losses;
@@ -123,13 +168,17 @@ void run_train(TrainFlags& flags) {
   report["config"] = {{"layers", o.model.layers}, {"hidden", o.model.hidden}, {"heads", o.model.heads},
                       {"seq", o.model.sequence}, {"batch", o.batch}, {"dropout", o.model.dropout}};
 
+  if (ranks > 1 && total_seconds > 0) {
+    out << "\n" << ranks << " ranks: " << fixed(tokens_per_second, 0) << " tok/s over all ranks; waiting for "
+        << "gradients " << fixed(100 * communication_seconds / total_seconds, 1) << "% of step time (from step 2)\n";
+  }
   if (!records.empty()) {
     out << "\nloss " << fixed(records.front().loss, 4) << " at step " << records.front().step << " -> "
         << fixed(records.back().loss, 4) << " at step " << records.back().step << "\n";
   }
   Table table({"plan", "activation peak", "step s (median)"});
   table.add_row({trainer.plan_source(), format_bytes(peak), fixed(median(seconds), 3)});
-  if (flags.compare) {
+  if (flags.compare && rank == 0) {
     const auto c = trainer.compare(flags.measure_steps);
     table = Table({"plan", "activation peak", "step s (median)", "memory saved", "time vs none"});
     const double saved = 1.0 - static_cast<double>(c.plan_activation_peak_bytes) / c.none_activation_peak_bytes;
@@ -145,13 +194,13 @@ void run_train(TrainFlags& flags) {
     out << "compare: " << flags.measure_steps << " interleaved measured steps each on one batch, no update\n";
   }
   table.print(out);
-  if (flags.sample_bytes > 0) {
+  if (flags.sample_bytes > 0 && rank == 0) {
     const std::string text = trainer.sample("The ", flags.sample_bytes, o.seed);
     report["sample"] = text;
     out << "\nsample:\n" << printable(text) << "\n";
   }
   // Generated bytes need not be valid UTF-8: replace what is not rather than fail.
-  if (flags.json) std::cout << report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (flags.json && rank == 0) std::cout << report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace
@@ -184,6 +233,15 @@ void add_train_command(CLI::App& app) {
       ->group("Measurement");
   cmd->add_option("--sample", flags->sample_bytes, "Bytes of generated text to show at the end (0: none)")->capture_default_str()
       ->check(CLI::Range(0, 100000))->group("Output");
+  cmd->add_option("--nproc", flags->nproc, "Data-parallel ranks to start on this machine (each one process; "
+                  "under torchrun or with RANK/WORLD_SIZE set, this process is one rank already)")
+      ->capture_default_str()->check(CLI::Range(1, 1024))->group("Distributed");
+  cmd->add_option("--bucket-mib", flags->bucket_mib, "Gradient bucket size for the all-reduce, MiB")
+      ->capture_default_str()->group("Distributed");
+  cmd->add_flag("--no-overlap", flags->no_overlap, "All-reduce gradients after backward instead of during it")
+      ->group("Distributed");
+  cmd->add_option("--dist-timeout", flags->dist_timeout, "Seconds a rank waits for the others before failing")
+      ->capture_default_str()->check(CLI::Range(1, 7 * 24 * 3600))->group("Distributed");
   add_json_flag(*cmd, flags->json);
   cmd->callback([flags] { run_train(*flags); });
 }

@@ -100,6 +100,22 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   // Everything that can be wrong with the input is checked before any state is touched.
   corpus_ = std::make_unique<Corpus>(options_.data_file.empty() ? Corpus::from_fortunes(options_.corpus_dir)
                                                                 : Corpus::from_file(options_.data_file));
+  if (options_.process_group) {
+    rank_ = options_.process_group->rank();
+    world_size_ = options_.process_group->world_size();
+    // Ranks that would train different things are stopped here, before any work: the model, the
+    // batch, the data, the schedule and how the plan is chosen must agree.
+    options_.process_group->check_same(
+        "the training run",
+        {"model " + options_.model.describe(), "batch per rank " + std::to_string(options_.batch),
+         "data " + corpus_->source() + ", " + std::to_string(corpus_->bytes().size()) + " bytes",
+         "seed " + std::to_string(options_.seed), "steps " + std::to_string(options_.steps),
+         "lr " + std::to_string(options_.lr) + ", warm-up " + std::to_string(options_.warmup_steps),
+         "plan from " + (options_.budget.empty() ? options_.plan_file.empty() ? "policy " + options_.policy
+                                                                               : std::string("a plan file")
+                                                 : "budget " + options_.budget),
+         "resume " + std::string(options_.resume_dir.empty() ? "no" : "yes")});
+  }
   std::optional<Plan> loaded_plan;
   if (!options_.plan_file.empty()) {
     loaded_plan = Plan::from_json(read_text(options_.plan_file, "plan file"), options_.plan_file);
@@ -137,6 +153,11 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   chain_ = std::make_unique<models::GptChain>(model_, granularity);
   if (loaded_plan) {
     plan_ = *loaded_plan;
+  } else if (!options_.budget.empty() && rank_ != 0) {
+    // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
+    // same order (timing noise could otherwise give each rank a plan of its own).
+    plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
+    plan_source_ = "optimal for budget " + options_.budget + " per rank (planned by rank 0)";
   } else if (!options_.budget.empty()) {
     // Profiled on the run's first batch (a sampler of its own: the run's batches are unchanged);
     // profiling leaves the model, its gradients and the RNG as they were.
@@ -148,14 +169,18 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     plan_source_ = "optimal for budget " + options_.budget + " = " + format_bytes(budget_plan_->budget_bytes) +
                    ", predicted peak " + format_bytes(budget_plan_->prediction.peak_bytes) + ", overhead " +
                    std::to_string(static_cast<int>(std::lround(100.0 * budget_plan_->predicted_overhead()))) + "%";
+    if (world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
   } else {
     plan_ = models::gpt_policy_plan(options_.policy, *chain_);
     plan_source_ = "policy " + options_.policy;
   }
   plan_.bind_to(*chain_);
+  if (world_size_ > 1) options_.process_group->check_same("the plan", {plan_.to_string()});
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
-  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch, options_.model.sequence, options_.seed);
+  // The global batch: the same sequences at every step whatever the number of ranks.
+  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence,
+                                            options_.seed);
 
   if (!options_.resume_dir.empty()) {
     const auto& [state, meta] = resumed;
@@ -172,10 +197,24 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     sampler_->set_state(meta["sampler"].get<std::string>());
     step_ = meta["step"].get<int64_t>();
   }
+  if (options_.process_group) {
+    synchronizer_ = std::make_unique<distributed::GradientSynchronizer>(options_.process_group, model_->parameters(),
+                                                                        options_.synchronizer);
+    synchronizer_->broadcast_parameters(model_->buffers());
+    // Each rank its own dropout stream (rank 0's too differs from a single process's), continued
+    // from the step a resumed run starts at.
+    if (world_size_ > 1) torch::manual_seed(options_.seed * 1000003 + static_cast<uint64_t>(step_) * 7919 + rank_ + 1);
+  }
+}
+
+std::pair<at::Tensor, at::Tensor> Trainer::local_batch(std::pair<at::Tensor, at::Tensor> global) const {
+  if (world_size_ == 1) return global;
+  return {global.first.narrow(0, rank_ * options_.batch, options_.batch),
+          global.second.narrow(0, rank_ * options_.batch, options_.batch)};
 }
 
 StepRecord Trainer::step() {
-  auto [tokens, targets] = sampler_->next();
+  auto [tokens, targets] = local_batch(sampler_->next());
   ++step_;
   const double warmup = static_cast<double>(std::max<int64_t>(options_.warmup_steps, 1));
   const double lr = options_.lr * std::min(1.0, static_cast<double>(step_) / warmup);
@@ -189,13 +228,15 @@ StepRecord Trainer::step() {
     loss = run_plan(*chain_, plan_, tokens);
     return loss;
   });
-  optimizer_->step();
   StepRecord record;
+  if (synchronizer_) record.communication_seconds = synchronizer_->finish().wait_seconds;
+  optimizer_->step();
   record.step = step_;
-  record.loss = loss.item<double>();
+  // The global batch's loss: the mean of the ranks' (equal-sized slices).
+  record.loss = options_.process_group ? options_.process_group->mean(loss.item<double>()) : loss.item<double>();
   record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   record.activation_peak_bytes = m.activation_peak_bytes();
-  record.tokens = tokens.numel();
+  record.tokens = tokens.numel() * world_size_;
   if (options_.save_every > 0 && step_ % options_.save_every == 0) save();
   return record;
 }
@@ -207,6 +248,10 @@ void Trainer::save() const {
 }
 
 void Trainer::save(const std::string& dir) const {
+  if (rank_ != 0) {  // every rank holds the same state; rank 0 alone writes it
+    if (dir == options_.save_dir) saved_step_ = step_;
+    return;
+  }
   nlohmann::json meta = {{"format", "remat-train-state"}, {"version", 1}, {"step", step_},
                          {"config", config_json(options_.model)}, {"batch", options_.batch},
                          {"sampler", sampler_->state()}, {"plan", plan_.to_string()}};
@@ -236,7 +281,7 @@ PlanVerification Trainer::verify() {
 }
 
 CompareResult Trainer::compare(int steps) {
-  auto [tokens, targets] = sampler_->next();
+  auto [tokens, targets] = local_batch(sampler_->next());
   const auto measured = measure_plans(model_, {plan_, Plan::plain(*chain_)}, tokens, targets, steps);
   optimizer_->zero_grad();
   CompareResult result;

@@ -17,6 +17,7 @@
 #include "remat/budget_planner.h"
 #include "remat/models/gpt.h"
 #include "remat/plan.h"
+#include "remat/distributed.h"
 #include "remat/plan_measurement.h"
 #include "remat/train/corpus.h"
 
@@ -42,6 +43,11 @@ struct TrainOptions {
   std::string save_dir;   ///< where save() and periodic saves write (remat/train/state_dir.h)
   int64_t save_every = 0;  ///< > 0: step() saves to save_dir after every this many global steps
   int keep_last = 1;       ///< saved states kept in save_dir, the newest; older ones are removed
+  /// Data-parallel training: this process is one rank of the group. `batch` is then per rank: step
+  /// t's global batch (batch x ranks sequences) is the same whatever the number of ranks, and rank r
+  /// trains on its r-th slice; gradients are averaged (remat/distributed.h); rank 0 alone saves.
+  std::shared_ptr<distributed::ProcessGroup> process_group;
+  distributed::SynchronizerOptions synchronizer;
 };
 
 struct StepRecord {
@@ -49,7 +55,8 @@ struct StepRecord {
   double loss = 0;
   double seconds = 0;               ///< forward + backward + optimiser update
   int64_t activation_peak_bytes = 0;
-  int64_t tokens = 0;
+  int64_t tokens = 0;                ///< over all ranks
+  double communication_seconds = 0;  ///< waiting for gradients from the other ranks after backward
 };
 
 /// remat::measure_plans for GPT plans of either granularity on one batch, interleaved; the model is
@@ -92,6 +99,9 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   const Corpus& corpus() const { return *corpus_; }
   const std::string& threads_description() const { return threads_description_; }
+  /// Data-parallel runs: the gradient buckets, and the bytes of their flat buffers.
+  int synchronizer_buckets() const { return synchronizer_ ? synchronizer_->buckets() : 0; }
+  int64_t synchronizer_bytes() const { return synchronizer_ ? synchronizer_->bucket_bytes_allocated() : 0; }
 
  private:
   TrainOptions options_;
@@ -104,7 +114,11 @@ class Trainer {
   std::optional<BudgetPlan> budget_plan_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
-  mutable int64_t saved_step_ = -1;  ///< the global step last saved to save_dir
+  mutable int64_t saved_step_ = -1;
+  int rank_ = 0, world_size_ = 1;
+  std::unique_ptr<distributed::GradientSynchronizer> synchronizer_;
+  /// This rank's slice of a global batch.
+  std::pair<at::Tensor, at::Tensor> local_batch(std::pair<at::Tensor, at::Tensor> global) const;  ///< the global step last saved to save_dir
   std::string threads_description_;
 };
 

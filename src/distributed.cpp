@@ -1,0 +1,579 @@
+#include "remat/distributed.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include <ATen/ops/full.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "remat/error.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <optional>
+#include <thread>
+
+extern "C" char** environ;
+
+namespace remat::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// A whole number from the environment, or `fallback` when unset; a clear error when malformed.
+int64_t env_int(const char* name, int64_t fallback, int64_t low, int64_t high) {
+  const char* text = env(name);
+  if (text == nullptr) return fallback;
+  char* end = nullptr;
+  const long long value = std::strtoll(text, &end, 10);
+  REMAT_CHECK(end != text && *end == '\0' && value >= low && value <= high, "distributed: the environment variable ",
+              name, "='", text, "' is not a whole number in [", low, ", ", high, "].");
+  return value;
+}
+
+// The first line of an exception's message, shortened: LibTorch's carry backtraces.
+std::string first_line(const std::exception& e) {
+  std::string text = e.what();
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) text = c10_error->what_without_backtrace();
+  text = text.substr(0, text.find('\n'));
+  return text.size() > 200 ? text.substr(0, 200) + "..." : text;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+}  // namespace
+
+bool launched_by_environment() { return env("WORLD_SIZE") != nullptr; }
+
+namespace {
+
+// A port nobody listens on now (the kernel's choice for port 0); another process could take it
+// before rank 0 does, which rank 0 then reports.
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REMAT_CHECK(fd >= 0, "distributed: cannot open a socket to find a free port.");
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  ::close(fd);
+  REMAT_CHECK(ok, "distributed: cannot find a free port on 127.0.0.1.");
+  return ntohs(address.sin_port);
+}
+
+int exit_status(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+int launch_local(int nproc, const std::vector<std::string>& argv, std::chrono::milliseconds grace) {
+  REMAT_CHECK(nproc >= 1, "distributed: launch_local needs at least 1 process, got ", nproc, ".");
+  REMAT_CHECK(!argv.empty(), "distributed: launch_local needs a program to run.");
+  const std::string port = std::to_string(free_local_port());
+  // Arguments and environments are built before fork: the child may only exec (or fail) after it.
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::vector<std::string>> environments(static_cast<size_t>(nproc));
+  std::vector<std::vector<char*>> envps(static_cast<size_t>(nproc));
+  static const char* overridden[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="};
+  for (int rank = 0; rank < nproc; ++rank) {
+    auto& e = environments[static_cast<size_t>(rank)];
+    for (char** v = environ; *v != nullptr; ++v) {
+      const std::string entry = *v;
+      bool replaced = false;
+      for (const char* name : overridden) replaced = replaced || entry.rfind(name, 0) == 0;
+      if (!replaced) e.push_back(entry);
+    }
+    e.push_back("RANK=" + std::to_string(rank));
+    e.push_back("LOCAL_RANK=" + std::to_string(rank));
+    e.push_back("WORLD_SIZE=" + std::to_string(nproc));
+    e.push_back("MASTER_ADDR=127.0.0.1");
+    e.push_back("MASTER_PORT=" + port);
+    for (auto& entry : e) envps[static_cast<size_t>(rank)].push_back(entry.data());
+    envps[static_cast<size_t>(rank)].push_back(nullptr);
+  }
+  const int null = ::open("/dev/null", O_WRONLY);
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < nproc; ++rank) {
+    const pid_t pid = ::fork();
+    REMAT_CHECK(pid >= 0, "distributed: cannot start rank ", rank, " (fork failed).");
+    if (pid == 0) {
+      if (rank > 0 && null >= 0) ::dup2(null, STDOUT_FILENO);
+      ::execve(args[0], args.data(), envps[static_cast<size_t>(rank)].data());
+      ::_exit(127);
+    }
+    children.push_back(pid);
+  }
+  if (null >= 0) ::close(null);
+  int first_failure = 0;
+  size_t running = children.size();
+  std::optional<Clock::time_point> deadline;
+  while (running > 0) {
+    int status = 0;
+    const pid_t done = ::waitpid(-1, &status, deadline ? WNOHANG : 0);
+    if (done > 0) {
+      const auto it = std::find(children.begin(), children.end(), done);
+      if (it == children.end()) continue;
+      *it = -1;
+      --running;
+      const int code = exit_status(status);
+      if (code != 0 && first_failure == 0) {
+        first_failure = code;
+        deadline = Clock::now() + grace;
+      }
+    } else if (deadline && Clock::now() >= *deadline) {
+      for (pid_t pid : children) {
+        if (pid > 0) ::kill(pid, SIGTERM);
+      }
+      deadline = Clock::now() + std::chrono::hours(24);  // now wait for them to go
+    } else if (deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return first_failure;
+}
+
+struct ProcessGroup::Impl {
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{0};
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  int64_t store_sequence = 0;  // keys of successive check_same / share calls
+
+  // Waits for a collective, turning a failed peer into an error that says what happened.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      REMAT_CHECK(false, "distributed: rank ", rank, " of ", world_size, ": ", what, " failed (", first_line(e),
+                  "). Another rank probably exited or was killed: see its output. This rank stops too.");
+    }
+  }
+};
+
+struct ProcessGroup::Pending::Impl {
+  c10::intrusive_ptr<c10d::Work> work;
+  const ProcessGroup::Impl* group = nullptr;
+};
+
+void ProcessGroup::Pending::wait() {
+  REMAT_CHECK(impl_ != nullptr, "distributed: wait() on a reduction that was never started.");
+  impl_->group->wait(impl_->work, "a gradient all-reduce");
+}
+
+ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ProcessGroup::~ProcessGroup() = default;
+
+int ProcessGroup::rank() const { return impl_->rank; }
+int ProcessGroup::world_size() const { return impl_->world_size; }
+std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout; }
+
+std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  const int64_t world = options.world_size > 0 ? options.world_size : env_int("WORLD_SIZE", -1, 1, 1 << 20);
+  REMAT_CHECK(world >= 1, "distributed: WORLD_SIZE is not set. Launch with torchrun (or remat train --nproc N), or set "
+              "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT on every process.");
+  const int64_t rank = options.rank >= 0 ? options.rank : env_int("RANK", -1, 0, world - 1);
+  REMAT_CHECK(rank >= 0 && rank < world, "distributed: RANK must be set to a number in [0, WORLD_SIZE) = [0, ", world,
+              "), got ", rank < 0 && env("RANK") == nullptr ? std::string("nothing") : std::to_string(rank), ".");
+  impl->rank = static_cast<int>(rank);
+  impl->world_size = static_cast<int>(world);
+  impl->timeout = options.timeout.count() > 0
+                      ? options.timeout
+                      : std::chrono::milliseconds(1000 * env_int("REMAT_DIST_TIMEOUT", 300, 1, 7 * 24 * 3600));
+  std::string addr = !options.master_addr.empty() ? options.master_addr : (env("MASTER_ADDR") ? env("MASTER_ADDR") : "");
+  const int64_t port = options.master_port > 0 ? options.master_port : env_int("MASTER_PORT", -1, 1, 65535);
+  REMAT_CHECK(world == 1 || (!addr.empty() && port > 0), "distributed: MASTER_ADDR and MASTER_PORT must name rank 0's ",
+              "machine and a free port (e.g. MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 on one machine); got '", addr,
+              "' and ", port < 0 ? std::string("nothing") : std::to_string(port), ".");
+  if (addr.empty()) addr = "127.0.0.1";
+
+  // The store: torchrun's agent hosts it when it says so; otherwise rank 0 does.
+  const bool agent_store = env("TORCHELASTIC_USE_AGENT_STORE") != nullptr &&
+                           std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(port > 0 ? port : 29500);
+  store_options.isServer = !agent_store && rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(world);
+  store_options.waitWorkers = false;  // the Gloo rendezvous below waits for everyone, under the timeout
+  store_options.timeout = impl->timeout;
+  try {
+    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(addr, store_options);
+    impl->store = tcp;
+    if (agent_store) {  // torchrun's keys live under its prefix (torch/distributed/rendezvous.py)
+      const int64_t restart = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
+      impl->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(restart), tcp);
+    }
+  } catch (const std::exception& e) {
+    const std::string reason = first_line(e);
+    REMAT_CHECK(!store_options.isServer, "distributed: rank 0 cannot host the store on port ", port, " (", reason,
+                "): the port is taken or not allowed; choose another MASTER_PORT.");
+    REMAT_CHECK(false, "distributed: rank ", rank, " cannot reach the store at ", addr, ":", port, " (", reason,
+                ") within ", impl->timeout.count() / 1000, " s: is rank 0 running, and do MASTER_ADDR and MASTER_PORT ",
+                "name its machine and port?");
+  }
+
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+  if (const char* interface = env("GLOO_SOCKET_IFNAME")) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
+  } else if (is_loopback(addr)) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  gloo_options->threads = 2;
+  try {
+    impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, impl->rank, impl->world_size, gloo_options);
+  } catch (const std::exception& e) {
+    REMAT_CHECK(false, "distributed: rank ", rank, " of ", world, ": the ranks did not all meet within ",
+                impl->timeout.count() / 1000, " s (", first_line(e), "). Start all ", world,
+                " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE.");
+  }
+  return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
+}
+
+void ProcessGroup::check_same(const std::string& what, const std::vector<std::string>& lines) {
+  std::string mine;
+  for (const auto& line : lines) mine += line + "\n";
+  const std::string prefix = "remat/check/" + std::to_string(impl_->store_sequence++) + "/";
+  std::vector<std::string> all(static_cast<size_t>(impl_->world_size));
+  try {
+    impl_->store->set(prefix + std::to_string(impl_->rank), bytes_of(mine));
+    for (int r = 0; r < impl_->world_size; ++r) {
+      const auto got = impl_->store->get(prefix + std::to_string(r));
+      all[static_cast<size_t>(r)] = std::string(got.begin(), got.end());
+    }
+  } catch (const std::exception& e) {
+    REMAT_CHECK(false, "distributed: rank ", impl_->rank, ": comparing ", what, " with the other ranks failed (",
+                first_line(e), "); another rank exited before the start.");
+  }
+  auto split = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  };
+  const auto reference = split(all[0]);
+  for (int r = 1; r < impl_->world_size; ++r) {
+    const auto other = split(all[static_cast<size_t>(r)]);
+    for (size_t i = 0; i < std::max(reference.size(), other.size()); ++i) {
+      const std::string a = i < reference.size() ? reference[i] : "(nothing)";
+      const std::string b = i < other.size() ? other[i] : "(nothing)";
+      REMAT_CHECK(a == b, "distributed: the ranks disagree on ", what, ": rank 0 has '", a, "', rank ", r, " has '", b,
+                  "'. Start every rank with the same model, plan and data.");
+    }
+  }
+}
+
+std::string ProcessGroup::share(const std::string& what, const std::string& text, int root) {
+  const std::string key = "remat/share/" + std::to_string(impl_->store_sequence++) + "/" + what;
+  try {
+    if (impl_->rank == root) impl_->store->set(key, bytes_of(text));
+    const auto got = impl_->store->get(key);
+    return std::string(got.begin(), got.end());
+  } catch (const std::exception& e) {
+    REMAT_CHECK(false, "distributed: rank ", impl_->rank, ": receiving ", what, " from rank ", root, " failed (",
+                first_line(e), ").");
+  }
+  return {};
+}
+
+void ProcessGroup::broadcast(std::vector<at::Tensor> tensors, int root) {
+  if (impl_->world_size == 1 || tensors.empty()) return;
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  impl_->wait(impl_->gloo->broadcast(tensors, options), "a broadcast");
+}
+
+void ProcessGroup::allreduce_sum(at::Tensor tensor) {
+  if (impl_->world_size == 1) return;
+  std::vector<at::Tensor> tensors = {std::move(tensor)};
+  impl_->wait(impl_->gloo->allreduce(tensors), "an all-reduce");
+}
+
+ProcessGroup::Pending ProcessGroup::allreduce_sum_async(at::Tensor tensor) {
+  std::vector<at::Tensor> tensors = {std::move(tensor)};
+  Pending pending;
+  pending.impl_ = std::make_shared<Pending::Impl>();
+  pending.impl_->group = impl_.get();
+  try {
+    pending.impl_->work = impl_->gloo->allreduce(tensors);
+  } catch (const std::exception& e) {
+    REMAT_CHECK(false, "distributed: rank ", impl_->rank, ": starting an all-reduce failed (", first_line(e), ").");
+  }
+  return pending;
+}
+
+double ProcessGroup::mean(double value) {
+  at::Tensor t = at::full({1}, value, at::kDouble);
+  allreduce_sum(t);
+  return t.item<double>() / impl_->world_size;
+}
+
+void ProcessGroup::barrier() {
+  if (impl_->world_size == 1) return;
+  impl_->wait(impl_->gloo->barrier(), "a barrier");
+}
+
+// ---------------------------------------------------------------------------------------------
+
+struct GradientSynchronizer::Impl : std::enable_shared_from_this<GradientSynchronizer::Impl> {
+  struct Bucket {
+    std::vector<size_t> parameters;  // indices into `parameters`
+    std::vector<int64_t> offsets;    // each one's first element in `flat`
+    at::Tensor flat;                 // the gradients, then one "has a gradient" count per parameter
+    int waiting = 0;                 // parameters with expected fires not yet complete this step
+    bool ready = false, launched = false, reduce_again = false;
+    ProcessGroup::Pending pending;
+  };
+
+  std::shared_ptr<ProcessGroup> group;
+  std::vector<at::Tensor> parameters;
+  SynchronizerOptions options;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
+  std::vector<uintptr_t> hook_keys;
+  std::vector<size_t> bucket_of;
+  std::vector<Bucket> buckets;
+  std::vector<int> fires, expected;  // this step's accumulator calls, and the first step's
+  bool learned = false;
+  size_t next_to_launch = 0;
+  int no_sync_depth = 0;
+  int launched_during_backward = 0;
+
+  void reset_step() {
+    std::fill(fires.begin(), fires.end(), 0);
+    next_to_launch = 0;
+    launched_during_backward = 0;
+    for (auto& b : buckets) {
+      b.waiting = 0;
+      for (size_t p : b.parameters) b.waiting += expected[p] > 0 ? 1 : 0;
+      b.ready = false;
+      b.launched = b.reduce_again = false;
+      b.pending = {};
+    }
+  }
+
+  void launch(Bucket& b) {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < b.parameters.size(); ++i) {
+      const at::Tensor& p = parameters[b.parameters[i]];
+      at::Tensor slot = b.flat.narrow(0, b.offsets[i], p.numel());
+      const at::Tensor& grad = p.grad();
+      if (grad.defined()) {
+        slot.copy_(grad.reshape({-1}));
+      } else {
+        slot.zero_();
+      }
+      b.flat[b.offsets.back() + static_cast<int64_t>(i)].fill_(grad.defined() ? 1.0 : 0.0);
+    }
+    b.pending = group->allreduce_sum_async(b.flat);
+    b.launched = true;
+  }
+
+  // Buckets start in their order on every rank, so the ranks' collectives always match.
+  void launch_ready_in_order() {
+    while (next_to_launch < buckets.size() && buckets[next_to_launch].ready) {
+      launch(buckets[next_to_launch++]);
+      ++launched_during_backward;
+    }
+  }
+
+  void on_ready(size_t index) {
+    if (no_sync_depth > 0) return;
+    const int count = ++fires[index];
+    if (!learned || !options.overlap()) return;
+    Bucket& b = buckets[bucket_of[index]];
+    if (b.launched) {
+      if (count > expected[index]) b.reduce_again = true;
+      return;
+    }
+    if (count == expected[index] && --b.waiting == 0) {
+      b.ready = true;
+      launch_ready_in_order();
+    }
+  }
+
+  // After the bucket's sum arrived: each parameter's gradient becomes the mean over ranks; one no
+  // rank has a gradient for stays without one.
+  void unpack(Bucket& b) {
+    at::NoGradGuard no_grad;
+    const int world = group->world_size();
+    for (size_t i = 0; i < b.parameters.size(); ++i) {
+      at::Tensor& p = parameters[b.parameters[i]];
+      const double having = b.flat[b.offsets.back() + static_cast<int64_t>(i)].item<double>();
+      if (having == 0) continue;
+      at::Tensor mean = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.sizes()).div(world);
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(mean);
+      } else {
+        p.mutable_grad() = mean.clone();
+      }
+    }
+  }
+};
+
+namespace {
+
+struct ReadyHook : torch::autograd::FunctionPostHook {
+  ReadyHook(std::weak_ptr<GradientSynchronizer::Impl> owner, size_t index) : owner_(std::move(owner)), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    if (auto owner = owner_.lock()) owner->on_ready(index_);
+    return outputs;
+  }
+  std::weak_ptr<GradientSynchronizer::Impl> owner_;
+  size_t index_;
+};
+
+}  // namespace
+
+GradientSynchronizer::GradientSynchronizer(std::shared_ptr<ProcessGroup> group, std::vector<at::Tensor> parameters,
+                                           SynchronizerOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  REMAT_CHECK(group != nullptr, "GradientSynchronizer: no process group; join one with ProcessGroup::join().");
+  REMAT_CHECK(options.bucket_bytes() >= 1, "GradientSynchronizer: bucket_bytes must be positive, got ",
+              options.bucket_bytes(), ".");
+  auto& s = *impl_;
+  s.group = std::move(group);
+  s.options = options;
+  std::vector<std::string> shapes;
+  for (const auto& p : parameters) {
+    if (!p.requires_grad()) continue;
+    REMAT_CHECK(p.is_leaf(), "GradientSynchronizer: parameter ", s.parameters.size(),
+                " is not a leaf tensor; pass a module's parameters().");
+    s.parameters.push_back(p);
+    std::ostringstream shape;
+    shape << "parameter " << s.parameters.size() - 1 << ": " << p.sizes() << " " << p.scalar_type();
+    shapes.push_back(shape.str());
+  }
+  REMAT_CHECK(!s.parameters.empty(), "GradientSynchronizer: no parameter requires a gradient.");
+  s.group->check_same("the parameters' shapes", shapes);
+
+  // Buckets in reverse order of the parameters (backward produces the last layers' gradients
+  // first), each up to bucket_bytes of one dtype and device.
+  const size_t n = s.parameters.size();
+  s.bucket_of.assign(n, 0);
+  std::vector<std::vector<size_t>> groups;
+  int64_t bytes = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = n - 1 - k;
+    const at::Tensor& p = s.parameters[i];
+    const int64_t size = p.numel() * static_cast<int64_t>(p.element_size());
+    const bool fits = !groups.empty() && bytes + size <= options.bucket_bytes() &&
+                      s.parameters[groups.back().front()].scalar_type() == p.scalar_type() &&
+                      s.parameters[groups.back().front()].device() == p.device();
+    if (!fits) {
+      groups.emplace_back();
+      bytes = 0;
+    }
+    groups.back().push_back(i);
+    bytes += size;
+  }
+  for (const auto& members : groups) {
+    Impl::Bucket b;
+    b.parameters = members;
+    int64_t offset = 0;
+    for (size_t i : members) {
+      b.offsets.push_back(offset);
+      offset += s.parameters[i].numel();
+      s.bucket_of[i] = s.buckets.size();
+    }
+    b.offsets.push_back(offset);  // where the per-parameter "has a gradient" counts start
+    const at::Tensor& first = s.parameters[members.front()];
+    b.flat = at::zeros({offset + static_cast<int64_t>(members.size())}, first.options().requires_grad(false));
+    s.buckets.push_back(std::move(b));
+  }
+  s.fires.assign(n, 0);
+  s.expected.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(s.parameters[i]);
+    REMAT_CHECK(accumulator != nullptr, "GradientSynchronizer: parameter ", i, " has no gradient accumulator.");
+    s.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(impl_, i)));
+    s.accumulators.push_back(std::move(accumulator));
+  }
+  s.reset_step();
+}
+
+GradientSynchronizer::~GradientSynchronizer() {
+  for (size_t i = 0; i < impl_->accumulators.size(); ++i) impl_->accumulators[i]->del_post_hook(impl_->hook_keys[i]);
+}
+
+void GradientSynchronizer::broadcast_parameters(std::vector<at::Tensor> buffers) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : impl_->parameters) tensors.push_back(p.detach());
+  for (const auto& b : buffers) tensors.push_back(b);
+  for (const auto& t : tensors) impl_->group->broadcast({t}, 0);
+}
+
+SyncStats GradientSynchronizer::finish() {
+  auto& s = *impl_;
+  REMAT_CHECK(s.no_sync_depth == 0, "GradientSynchronizer: finish() inside no_sync(); let the guard go first.");
+  SyncStats stats;
+  stats.buckets = static_cast<int>(s.buckets.size());
+  stats.buckets_during_backward = s.launched_during_backward;
+  while (s.next_to_launch < s.buckets.size()) s.launch(s.buckets[s.next_to_launch++]);
+  const auto start = Clock::now();
+  for (auto& b : s.buckets) b.pending.wait();
+  // A gradient that fired again after its bucket left: reduce that bucket once more, whole.
+  for (auto& b : s.buckets) {
+    if (!b.reduce_again) continue;
+    ++stats.buckets_reduced_again;
+    s.launch(b);
+    b.pending.wait();
+  }
+  stats.wait_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (auto& b : s.buckets) s.unpack(b);
+  if (!s.learned) {
+    s.expected = s.fires;
+    s.learned = true;
+  }
+  s.reset_step();
+  return stats;
+}
+
+GradientSynchronizer::NoSync::NoSync(GradientSynchronizer& owner) : owner_(owner) { ++owner_.impl_->no_sync_depth; }
+GradientSynchronizer::NoSync::~NoSync() { --owner_.impl_->no_sync_depth; }
+
+int64_t GradientSynchronizer::bucket_bytes_allocated() const {
+  int64_t bytes = 0;
+  for (const auto& b : impl_->buckets) bytes += b.flat.numel() * static_cast<int64_t>(b.flat.element_size());
+  return bytes;
+}
+
+int GradientSynchronizer::buckets() const { return static_cast<int>(impl_->buckets.size()); }
+
+}  // namespace remat::distributed

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The ways `remat train` runs data-parallel: ranks it starts itself (--nproc), and ranks started by
+# torchrun, whose agent hosts the store (TORCHELASTIC_USE_AGENT_STORE=True: every rank a client,
+# keys under /worker/attempt_<restart>) — emulated here with Python's TCPStore, as torchrun's agent
+# does, because Debian's torchrun 1.13 fails under Python 3.11 before starting any program.
+source "$(dirname "$0")/lib.sh"
+trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$work"' EXIT
+run=(train "${tiny[@]}" --steps 3 --sample 0 --dropout 0 --dist-timeout 60)
+loss_of() { /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["ranks"], "%.4f" % d["final_loss"])' "$1"; }
+
+"$remat" "${run[@]}" --nproc 2 --json > "$work/nproc.json" 2> "$work/nproc.err" || { cat "$work/nproc.err" >&2; fail "--nproc 2 failed"; }
+read -r ranks loss2 <<< "$(loss_of "$work/nproc.json")"
+[ "$ranks" = 2 ] || fail "--nproc 2 ran $ranks ranks"
+grep -q "tok/s over all ranks" "$work/nproc.err" || fail "no throughput over all ranks reported"
+# The global batch's loss, as one process with the whole batch (4) sees it.
+"$remat" train --layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --steps 3 --sample 0 --dropout 0 --json > "$work/one.json" 2> /dev/null
+read -r _ loss1 <<< "$(loss_of "$work/one.json")"
+[ "$loss1" = "$loss2" ] || fail "2 ranks report loss $loss2, one process with their batch $loss1"
+
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+/usr/bin/python3 -c "
+import datetime, time, torch.distributed as d
+store = d.TCPStore('127.0.0.1', $port, 3, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+time.sleep(60)" &
+sleep 2
+export TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
+RANK=1 "$remat" "${run[@]}" > /dev/null 2> "$work/agent1.err" &
+other=$!
+RANK=0 "$remat" "${run[@]}" --json > "$work/agent.json" 2> "$work/agent0.err" || { cat "$work/agent0.err" >&2; fail "rank 0 under an agent store failed"; }
+wait $other || { cat "$work/agent1.err" >&2; fail "rank 1 under an agent store failed"; }
+read -r ranks loss_agent <<< "$(loss_of "$work/agent.json")"
+[ "$ranks" = 2 ] && [ "$loss_agent" = "$loss2" ] || fail "under an agent store: $ranks ranks, loss $loss_agent (expected $loss2)"
+echo "distributed launch: all checks passed"
