@@ -28,6 +28,11 @@ two_ranks net net 2 "$work/net-2.pt"
 grep -q "during backward, 0 again" "$work/net.out" || fail "net: buckets reduced again, or none reported"
 grep -q "step 4: [0-9]* buckets, [1-9]" "$work/net.out" || fail "net: no bucket overlapped backward: $(cat "$work/net.out")"
 
+two_ranks accumulate net-accumulate 2 "$work/acc-2.pt"
+"$worker" net-accumulate 1 "$work/acc-1.pt" > /dev/null
+"$worker" compare "$work/acc-1.pt" "$work/acc-2.pt" "$tolerance" | sed "s/^/no_sync accumulation: /" ||
+  fail "gradient accumulation under no_sync: 2 ranks and 1 process differ"
+
 for how in none block every:2 budget:50%; do
   name="gpt-${how//[:%]/_}"
   two_ranks "$name" gpt 2 "$work/$name-2.pt" "$how"

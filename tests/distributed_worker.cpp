@@ -4,6 +4,7 @@
 //   distributed_worker net <ranks> <out>          a model checkpointing one module twice, a parameter
 //                                                 used inside and outside a checkpoint, an unused one,
 //                                                 Checkpointed, checkpoint_sequential and nesting
+//   distributed_worker net-accumulate <ranks> <out>   the same in two micro-batches, the first under no_sync
 //   distributed_worker gpt <ranks> <out> <how> [batch]   remat's Trainer, <how> a policy or budget:<B>
 //   distributed_worker compare <a> <b> <tol>      max |a - b| over the saved parameters
 //
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -58,7 +60,7 @@ void save(const std::vector<at::Tensor>& parameters, const std::string& out) {
   torch::save(copies, out);
 }
 
-int run_net(int ranks, const std::string& out) {
+int run_net(int ranks, const std::string& out, bool accumulate) {
   std::shared_ptr<remat::distributed::ProcessGroup> group;
   int rank = 0;
   if (ranks > 1) {
@@ -79,8 +81,18 @@ int run_net(int ranks, const std::string& out) {
     torch::manual_seed(100 + step);  // the global batch of this step, the same for every rank count
     const at::Tensor x = torch::randn({global, 16}), y = torch::randn({global, 4});
     sgd.zero_grad();
-    const auto loss = torch::mse_loss(net->forward(x.narrow(0, rank * local, local)), y.narrow(0, rank * local, local));
-    loss.backward();
+    const at::Tensor mine = x.narrow(0, rank * local, local), wanted = y.narrow(0, rank * local, local);
+    if (accumulate) {  // two micro-batches: the first under no_sync, the second synchronised
+      const int64_t half = local / 2;
+      {
+        std::optional<remat::distributed::GradientSynchronizer::NoSync> quiet;
+        if (sync) quiet.emplace(*sync);
+        (torch::mse_loss(net->forward(mine.narrow(0, 0, half)), wanted.narrow(0, 0, half)) / 2).backward();
+      }
+      (torch::mse_loss(net->forward(mine.narrow(0, half, half)), wanted.narrow(0, half, half)) / 2).backward();
+    } else {
+      torch::mse_loss(net->forward(mine), wanted).backward();
+    }
     if (sync) {
       const auto stats = sync->finish();
       if (rank == 0) std::cout << "step " << step << ": " << stats.buckets << " buckets, " << stats.buckets_during_backward
@@ -142,7 +154,9 @@ int compare(const std::string& a, const std::string& b, double tolerance) {
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
-    if (mode == "net" && argc == 4) return run_net(std::atoi(argv[2]), argv[3]);
+    if ((mode == "net" || mode == "net-accumulate") && argc == 4) {
+      return run_net(std::atoi(argv[2]), argv[3], mode == "net-accumulate");
+    }
     if (mode == "gpt" && (argc == 5 || argc == 6)) {
       return run_gpt(std::atoi(argv[2]), argv[3], argv[4], argc == 6 ? std::atoll(argv[5]) : 0);
     }
