@@ -204,7 +204,7 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout;
 std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   auto impl = std::make_unique<Impl>();
   const int64_t world = options.world_size > 0 ? options.world_size : env_int("WORLD_SIZE", -1, 1, 1 << 20);
-  REMAT_CHECK(world >= 1, "distributed: WORLD_SIZE is not set. Launch with torchrun (or remat train --nproc N), or set "
+  REMAT_CHECK(world >= 1, "distributed: WORLD_SIZE is not set. Launch with torchrun (or distributed::launch_local), or set "
               "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT on every process.");
   const int64_t rank = options.rank >= 0 ? options.rank : env_int("RANK", -1, 0, world - 1);
   REMAT_CHECK(rank >= 0 && rank < world, "distributed: RANK must be set to a number in [0, WORLD_SIZE) = [0, ", world,

@@ -5,10 +5,11 @@
 # does, because Debian's torchrun 1.13 fails under Python 3.11 before starting any program.
 source "$(dirname "$0")/lib.sh"
 trap 'kill $(jobs -p) 2> /dev/null || true; rm -rf "$work"' EXIT
-run=(train "${tiny[@]}" --steps 3 --sample 0 --dropout 0 --dist-timeout 60)
+run=(train "${tiny[@]}" --sample 0 --dropout 0 --dist-timeout 60)
+run3=("${run[@]}" --steps 3)
 loss_of() { /usr/bin/python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); print(d["ranks"], "%.4f" % d["final_loss"])' "$1"; }
 
-"$remat" "${run[@]}" --nproc 2 --json > "$work/nproc.json" 2> "$work/nproc.err" || { cat "$work/nproc.err" >&2; fail "--nproc 2 failed"; }
+"$remat" "${run3[@]}" --nproc 2 --json > "$work/nproc.json" 2> "$work/nproc.err" || { cat "$work/nproc.err" >&2; fail "--nproc 2 failed"; }
 read -r ranks loss2 <<< "$(loss_of "$work/nproc.json")"
 [ "$ranks" = 2 ] || fail "--nproc 2 ran $ranks ranks"
 grep -q "tok/s over all ranks" "$work/nproc.err" || fail "no throughput over all ranks reported"
@@ -17,6 +18,13 @@ grep -q "tok/s over all ranks" "$work/nproc.err" || fail "no throughput over all
 read -r _ loss1 <<< "$(loss_of "$work/one.json")"
 [ "$loss1" = "$loss2" ] || fail "2 ranks report loss $loss2, one process with their batch $loss1"
 
+# Rank 0 alone saves; every rank resumes from the saved state.
+"$remat" "${run3[@]}" --nproc 2 --save-state "$work/state" > /dev/null 2> "$work/save.err" || { cat "$work/save.err" >&2; fail "saving failed"; }
+[ "$(cat "$work/state/latest")" = "step-000003" ] || fail "2 ranks did not save step 3"
+"$remat" "${run[@]}" --nproc 2 --resume "$work/state" --steps 1 > "$work/resume.out" 2> "$work/resume.err" ||
+  { cat "$work/resume.err" >&2; fail "resuming 2 ranks failed"; }
+grep -q "resumed at step 3" "$work/resume.out" || fail "the ranks did not resume at step 3"
+
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 /usr/bin/python3 -c "
 import datetime, time, torch.distributed as d
@@ -24,9 +32,9 @@ store = d.TCPStore('127.0.0.1', $port, 3, True, datetime.timedelta(seconds=60), 
 time.sleep(60)" &
 sleep 2
 export TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
-RANK=1 "$remat" "${run[@]}" > /dev/null 2> "$work/agent1.err" &
+RANK=1 "$remat" "${run3[@]}" > /dev/null 2> "$work/agent1.err" &
 other=$!
-RANK=0 "$remat" "${run[@]}" --json > "$work/agent.json" 2> "$work/agent0.err" || { cat "$work/agent0.err" >&2; fail "rank 0 under an agent store failed"; }
+RANK=0 "$remat" "${run3[@]}" --json > "$work/agent.json" 2> "$work/agent0.err" || { cat "$work/agent0.err" >&2; fail "rank 0 under an agent store failed"; }
 wait $other || { cat "$work/agent1.err" >&2; fail "rank 1 under an agent store failed"; }
 read -r ranks loss_agent <<< "$(loss_of "$work/agent.json")"
 [ "$ranks" = 2 ] && [ "$loss_agent" = "$loss2" ] || fail "under an agent store: $ranks ranks, loss $loss_agent (expected $loss2)"
