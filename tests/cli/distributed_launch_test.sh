@@ -16,7 +16,8 @@ grep -q "tok/s over all ranks" "$work/nproc.err" || fail "no throughput over all
 # The global batch's loss, as one process with the whole batch (4) sees it.
 "$remat" train --layers 2 --hidden 32 --heads 2 --seq 16 --batch 4 --steps 3 --sample 0 --dropout 0 --json > "$work/one.json" 2> /dev/null
 read -r _ loss1 <<< "$(loss_of "$work/one.json")"
-[ "$loss1" = "$loss2" ] || fail "2 ranks report loss $loss2, one process with their batch $loss1"
+close() { /usr/bin/python3 -c 'import sys; sys.exit(abs(float(sys.argv[1]) - float(sys.argv[2])) > 1e-3)' "$1" "$2"; }
+close "$loss1" "$loss2" || fail "2 ranks report loss $loss2, one process with their batch $loss1"
 
 # Rank 0 alone saves; every rank resumes from the saved state.
 "$remat" "${run3[@]}" --nproc 2 --save-state "$work/state" > /dev/null 2> "$work/save.err" || { cat "$work/save.err" >&2; fail "saving failed"; }
@@ -37,5 +38,5 @@ other=$!
 RANK=0 "$remat" "${run3[@]}" --json > "$work/agent.json" 2> "$work/agent0.err" || { cat "$work/agent0.err" >&2; fail "rank 0 under an agent store failed"; }
 wait $other || { cat "$work/agent1.err" >&2; fail "rank 1 under an agent store failed"; }
 read -r ranks loss_agent <<< "$(loss_of "$work/agent.json")"
-[ "$ranks" = 2 ] && [ "$loss_agent" = "$loss2" ] || fail "under an agent store: $ranks ranks, loss $loss_agent (expected $loss2)"
+[ "$ranks" = 2 ] && close "$loss_agent" "$loss2" || fail "under an agent store: $ranks ranks, loss $loss_agent (expected $loss2)"
 echo "distributed launch: all checks passed"
