@@ -33,6 +33,13 @@ two_ranks accumulate net-accumulate 2 "$work/acc-2.pt"
 "$worker" compare "$work/acc-1.pt" "$work/acc-2.pt" "$tolerance" | sed "s/^/no_sync accumulation: /" ||
   fail "gradient accumulation under no_sync: 2 ranks and 1 process differ"
 
+# A parameter unused in the first (learning) step and used from step 2 on: its gradient fires more
+# often than expected, and still arrives averaged (its bucket reduced at finish, or again, whole).
+two_ranks dynamic net-dynamic 2 "$work/dyn-2.pt"
+"$worker" net-dynamic 1 "$work/dyn-1.pt" > /dev/null
+"$worker" compare "$work/dyn-1.pt" "$work/dyn-2.pt" "$tolerance" | sed "s/^/a parameter first used in step 2: /" ||
+  fail "a parameter first used in step 2: 2 ranks and 1 process differ"
+
 for how in none block every:2 budget:50%; do
   name="gpt-${how//[:%]/_}"
   two_ranks "$name" gpt 2 "$work/$name-2.pt" "$how"

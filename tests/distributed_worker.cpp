@@ -5,6 +5,7 @@
 //                                                 used inside and outside a checkpoint, an unused one,
 //                                                 Checkpointed, checkpoint_sequential and nesting
 //   distributed_worker net-accumulate <ranks> <out>   the same in two micro-batches, the first under no_sync
+//   distributed_worker net-dynamic <ranks> <out>      from step 2 on, the unused parameter is used
 //   distributed_worker gpt <ranks> <out> <how> [batch]   remat's Trainer, <how> a policy or budget:<B>
 //   distributed_worker compare <a> <b> <tol>      max |a - b| over the saved parameters
 //
@@ -34,8 +35,9 @@ struct NetImpl : nn::Module {
         wrapped(register_module("wrapped", remat::Checkpointed(nn::Linear(16, 16)))),
         stack(register_module("stack", nn::Sequential(nn::Linear(16, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh()))),
         head(register_module("head", nn::Linear(16, 4))) {}
-  at::Tensor forward(const at::Tensor& x) {
+  at::Tensor forward(const at::Tensor& x, bool extra_use = false) {
     at::Tensor h = remat::checkpoint([&](const at::Tensor& in) { return torch::tanh(a(in)); }, x);
+    if (extra_use) h = h + 0.1 * unused(h);  // a parameter without a gradient in the first step
     h = remat::checkpoint([&](const at::Tensor& in) { return torch::tanh(a(in)) + b(in); }, h);  // `a` again
     h = h + 0.5 * b(h);  // `b` outside a checkpoint too
     h = wrapped(h);
@@ -60,7 +62,7 @@ void save(const std::vector<at::Tensor>& parameters, const std::string& out) {
   torch::save(copies, out);
 }
 
-int run_net(int ranks, const std::string& out, bool accumulate) {
+int run_net(int ranks, const std::string& out, bool accumulate, bool dynamic = false) {
   std::shared_ptr<remat::distributed::ProcessGroup> group;
   int rank = 0;
   if (ranks > 1) {
@@ -91,7 +93,7 @@ int run_net(int ranks, const std::string& out, bool accumulate) {
       }
       (torch::mse_loss(net->forward(mine.narrow(0, half, half)), wanted.narrow(0, half, half)) / 2).backward();
     } else {
-      torch::mse_loss(net->forward(mine), wanted).backward();
+      torch::mse_loss(net->forward(mine, dynamic && step >= 2), wanted).backward();
     }
     if (sync) {
       const auto stats = sync->finish();
@@ -100,7 +102,7 @@ int run_net(int ranks, const std::string& out, bool accumulate) {
     }
     sgd.step();
   }
-  if (net->unused->weight.grad().defined()) {
+  if (!dynamic && net->unused->weight.grad().defined()) {
     std::cerr << "the unused parameter got a gradient\n";
     return 1;
   }
@@ -154,8 +156,8 @@ int compare(const std::string& a, const std::string& b, double tolerance) {
 int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
-    if ((mode == "net" || mode == "net-accumulate") && argc == 4) {
-      return run_net(std::atoi(argv[2]), argv[3], mode == "net-accumulate");
+    if ((mode == "net" || mode == "net-accumulate" || mode == "net-dynamic") && argc == 4) {
+      return run_net(std::atoi(argv[2]), argv[3], mode == "net-accumulate", mode == "net-dynamic");
     }
     if (mode == "gpt" && (argc == 5 || argc == 6)) {
       return run_gpt(std::atoi(argv[2]), argv[3], argv[4], argc == 6 ? std::atoll(argv[5]) : 0);

@@ -10,11 +10,12 @@
 // Gradients are averaged over ranks in buckets (25 MiB by default, as DDP's), each all-reduced as
 // soon as every gradient in it is ready — from hooks on the parameters' gradient accumulators, so
 // communication overlaps the rest of backward and its recomputes — and always in the same bucket
-// order on every rank. A parameter's gradient is ready when its accumulator has fired as many times
-// as in the first synchronised step: a module checkpointed twice, a parameter used inside and
-// outside a checkpoint, all count right; one that fires more often than expected is reduced again at
-// finish(), never silently half-summed. Parameters unused in a step on every rank keep no gradient,
-// as in one process; unused on some ranks only, they count as zero there.
+// order on every rank. The autograd engine sums every use of a parameter in one backward before its
+// accumulator runs — a module checkpointed twice, a parameter used inside and outside a checkpoint —
+// so a gradient is ready when its accumulator has fired as often as in the first synchronised step;
+// one that fires after its bucket left (a parameter first used later, a second backward pass) makes
+// finish() reduce that bucket again, whole, never half-summed. Parameters unused in a step on every
+// rank keep no gradient, as in one process; unused on some ranks only, they count as zero there.
 //
 // Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) every rank joins the launcher's store as a
 // client, under torchrun's prefix; otherwise rank 0 hosts the store on MASTER_PORT.
