@@ -6,7 +6,6 @@
 #include <limits>
 #include <sstream>
 
-#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/function.h>
@@ -172,6 +171,10 @@ struct ProcessGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
   int64_t store_sequence = 0;  // keys of successive check_same / share calls
+  // mean()'s one number, allocated once: Gloo's worker thread drops its reference to a collective's
+  // tensors a moment after wait() returns, so a fresh tensor per call would be freed at a random
+  // time, perhaps inside the next step's measured window (its activation peak then 8 bytes off).
+  at::Tensor scalar = at::zeros({1}, at::kDouble);
 
   // Waits for a collective, turning a failed peer into an error that says what happened.
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const {
@@ -338,9 +341,9 @@ ProcessGroup::Pending ProcessGroup::allreduce_sum_async(at::Tensor tensor) {
 }
 
 double ProcessGroup::mean(double value) {
-  at::Tensor t = at::full({1}, value, at::kDouble);
-  allreduce_sum(t);
-  return t.item<double>() / impl_->world_size;
+  impl_->scalar.fill_(value);
+  allreduce_sum(impl_->scalar);
+  return impl_->scalar.item<double>() / impl_->world_size;
 }
 
 void ProcessGroup::barrier() {
