@@ -45,7 +45,10 @@ nn::Sequential make_convnet(const Config& c) {
 int run(int argc, char** argv) {
   const bool quick = remat_examples::quick_mode(argc, argv);
   Config config;
-  if (quick) config = Config{16, 8, 16, 8, 10};
+  // 16 channels, not 8: on an AVX-512 machine the 8-channel net's 30% plan measured 7.4% over its
+  // prediction (and over the budget), 16 channels 1.1%: likely oneDNN's blocked layouts, whose
+  // transients weigh most on the smallest tensors.
+  if (quick) config = Config{16, 16, 16, 8, 10};
   std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, ReLU) of " << config.channels
             << " channels, " << config.size << "x" << config.size << " images, batch " << config.batch << ", "
             << remat::set_cpu_threads(2) << "\n";
