@@ -1,7 +1,7 @@
 // remat/plan_measurement.h — running plans for real: what they cost, and whether they are exact.
 //
 //   auto measured = remat::measure_plans(chain, {plain, planned}, x, 7);   // interleaved steps
-//   remat::PlanVerification v = remat::verify_plan(chain, planned, x);     // against the plain plan
+//   remat::PlanVerification v = remat::verify_plan(chain, planned, x);     // against it unchecked
 //   std::cout << v.to_string();   // max |Δgrad| over parameters, buffer differences
 //
 // Both run forward and backward of the whole chain (its last stage returning a scalar loss, or any
@@ -48,13 +48,17 @@ double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& bas
 std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured, const std::vector<size_t>& candidates,
                                       int64_t budget_bytes, size_t baseline);
 
-/// How far one tensor of a planned step is from the plain step's.
+/// How far one tensor of a planned step is from the unchecked step's.
 struct TensorDifference {
   std::string name;
   double max_abs_difference = 0;  ///< +inf where one of the two is undefined (no gradient)
 };
 
-/// One step plain and one under a plan, from the same RNG state, buffers and zeroed gradients.
+/// One step unchecked and one under a plan, from the same RNG state, buffers and zeroed gradients.
+/// The unchecked step runs every stage with the plan's own option (Plan::plain with the plan's
+/// options), so what is verified is the checkpointing: stage options that compute differently
+/// by design (a fused kernel, another dropout generator) are their own stage's business, tested
+/// where they are defined.
 struct PlanVerification {
   double output_max_abs_difference = 0;    ///< of the chain's output (the loss)
   std::vector<TensorDifference> gradients;  ///< one per parameter, in stage order

@@ -6,3 +6,5 @@
 #include "remat/error.h"
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
+#include "remat/ops/attention.h"
+#include "remat/ops/dropout.h"

@@ -1,5 +1,7 @@
 #include "remat/models/estimator.h"
 
+#include <algorithm>
+
 #include "remat/error.h"
 
 namespace remat::models {
@@ -22,7 +24,7 @@ at::Tensor GptChainShape::forward_stage(int64_t, const at::Tensor&, const std::s
 namespace {
 
 struct HalfEstimate {
-  int64_t kept = 0, forward_extra = 0, backward_extra = 0, nograd_extra = 0;
+  int64_t kept = 0, fused_kept = 0, forward_extra = 0, backward_extra = 0, nograd_extra = 0;
   double forward_flops = 0, backward_flops = 0;
 };
 
@@ -39,32 +41,39 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
   const int64_t maps = a * s * s * b;  // elements of one attention map (B,NH,T,T)
 
   GptEstimate est;
-  auto op = [&](const std::string& half, const std::string& what, int64_t bytes, double flops = 0) {
-    est.block_ops.push_back({half, what, bytes, flops});
+  // What the fused option keeps instead of an op's `bytes` (the same unless given).
+  auto op = [&](const std::string& half, const std::string& what, int64_t bytes, double flops = 0,
+                int64_t fused_bytes = -1) {
+    est.block_ops.push_back({half, what, bytes, flops, fused_bytes >= 0 ? fused_bytes : bytes});
   };
+  const int64_t lse = a * s * b * e;  // one log-sum-exp per query row, in the activation dtype
   op("attention", "LayerNorm 1 mean, rstd (fp32)", stats);
   op("attention", "QKV matmul input: LayerNorm 1 output", T * h * e, 2.0 * T * h * 3 * h);
   op("attention", "QK^T inputs: q, k", 2 * T * h * e, 2.0 * b * s * s * h);
-  op("attention", "softmax output", maps * e);
+  op("attention", "softmax output", maps * e, 0, 0);
+  op("attention", "fused attention: log-sum-exp per query row", 0, 0, lse);
   if (dropout) {
-    op("attention", "attention dropout mask", maps * mask);
-    op("attention", "P·V input: dropped-out probabilities", maps * e);
+    op("attention", "attention dropout mask", maps * mask, 0, 0);
+    op("attention", "P·V input: dropped-out probabilities", maps * e, 0, 0);
   }
   op("attention", "P·V input: v", T * h * e, 2.0 * b * s * s * h);
   op("attention", "output projection input", T * h * e, 2.0 * T * h * h);
-  if (dropout) op("attention", "residual dropout mask", T * h * mask);
+  if (dropout) op("attention", "residual dropout mask", T * h * mask, 0, 0);
   op("attention", "attention half output (LayerNorm 2 input)", T * h * e);
   op("mlp", "LayerNorm 2 mean, rstd (fp32)", stats);
   op("mlp", "fc1 input: LayerNorm 2 output", T * h * e, 2.0 * T * h * 4 * h);
   op("mlp", "GELU input: fc1 output", 4 * T * h * e);
   op("mlp", "fc2 input: GELU output", 4 * T * h * e, 2.0 * T * 4 * h * h);
-  if (dropout) op("mlp", "residual dropout mask", T * h * mask);
+  if (dropout) op("mlp", "residual dropout mask", T * h * mask, 0, 0);
   op("mlp", "MLP half output (next block's input)", T * h * e);
   for (const auto& x : est.block_ops) {
     est.block_bytes += x.kept_bytes;
+    est.fused_block_bytes += x.fused_kept_bytes;
     est.block_forward_flops += x.forward_flops;
   }
-  est.published_block_bytes = s * b * h * 34 + 5 * a * s * s * b;
+  est.published_linear_bytes = s * b * h * 34;
+  est.published_attention_bytes = 5 * a * s * s * b;
+  est.published_block_bytes = est.published_linear_bytes + est.published_attention_bytes;
 
   // Per half and option: kept bytes, transients (rough: the largest temporaries), FLOPs.
   auto sum_half = [&](const std::string& half) {
@@ -72,6 +81,7 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
     for (const auto& x : est.block_ops) {
       if (x.half != half) continue;
       he.kept += x.kept_bytes;
+      he.fused_kept += x.fused_kept_bytes;
       he.forward_flops += x.forward_flops;
     }
     he.backward_flops = 2 * he.forward_flops;
@@ -104,13 +114,26 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
       options.push_back({"matmul-inputs", seconds(he.forward_flops), seconds(he.backward_flops),
                          he.kept - 5 * T * h * e, he.forward_extra + 4 * T * h * e, he.backward_extra + 5 * T * h * e});
     }
+    // fused: no map or mask kept. Attention: causal blocks skip the products above the diagonal
+    // (half of QK^T and P·V), backward recomputes QK^T once more; its transients are copies of q, k,
+    // v, their gradients and a few score blocks of about 2 MiB, not maps.
+    const int64_t score_blocks = 4 * std::min<int64_t>(maps, int64_t{1} << 19) * e;
+    const double fused_forward = is_attention ? he.forward_flops - 2.0 * b * s * s * h : he.forward_flops;
+    const double fused_backward = is_attention ? 2 * fused_forward + 1.0 * b * s * s * h : he.backward_flops;
+    const int64_t fused_forward_extra = is_attention ? 3 * T * h * e + score_blocks : he.forward_extra;
+    const int64_t fused_backward_extra = is_attention ? 8 * T * h * e + score_blocks : he.backward_extra;
+    const int64_t inputs = is_attention ? T * h * e : 5 * T * h * e;  // what matmul-inputs drops
+    options.push_back({"fused", seconds(fused_forward), seconds(fused_backward), he.fused_kept, fused_forward_extra,
+                       fused_backward_extra});
+    options.push_back({"fused+matmul-inputs", seconds(fused_forward), seconds(fused_backward), he.fused_kept - inputs,
+                       fused_forward_extra + (is_attention ? 0 : 4 * T * h * e), fused_backward_extra + inputs});
     // Graph-only, ending a recomputed segment: the final projection's matmul (proj, fc2) is
     // skipped and the half's output never materialised (not with the MLP's fused matmul-inputs).
     const double tail_flops = is_attention ? 2.0 * T * h * h : 2.0 * T * 4 * h * h;
     for (auto& option : options) {
-      if (!is_attention && option.option == "matmul-inputs") continue;
+      if (!is_attention && option.option.find("matmul-inputs") != std::string::npos) continue;
       StageRunCost graph_only = option;
-      graph_only.forward_seconds = seconds(std::max(0.0, he.forward_flops - tail_flops));
+      graph_only.forward_seconds = std::max(0.0, option.forward_seconds - seconds(tail_flops));
       graph_only.kept_bytes = option.kept_bytes - T * h * e;
       option.graph_only = graph_only;
     }
@@ -134,10 +157,13 @@ GptEstimate estimate_gpt(const GptConfig& c, const EstimateOptions& o) {
       StageCost block{"block" + n, boundary, boundary, attention_parameters + mlp_parameters,
                       seconds(attention.forward_flops + mlp.forward_flops), std::max(attention.nograd_extra, mlp.nograd_extra), {}};
       const auto attention_options = option_costs(attention, true);
-      const auto mlp_full = option_costs(mlp, false);
+      const auto mlp_options = option_costs(mlp, false);
       for (const auto& ao : attention_options) {
-        // A block option applies to both halves; the MLP has no selective variant.
-        const auto& mo = ao.option == "matmul-inputs" ? mlp_full[1] : mlp_full[0];
+        // A block option applies to both halves; the MLP has no selective variant (full instead).
+        auto mo = mlp_options.front();
+        for (const auto& o : mlp_options) {
+          if (o.option == ao.option) mo = o;
+        }
         block.options.push_back({ao.option, ao.forward_seconds + mo.forward_seconds,
                                  ao.backward_seconds + mo.backward_seconds, ao.kept_bytes + mo.kept_bytes,
                                  std::max<int64_t>(0, std::max(ao.forward_extra_bytes - mo.kept_bytes,

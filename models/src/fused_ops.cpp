@@ -5,6 +5,8 @@
 #include <torch/version.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "remat/ops/dropout.h"
+
 namespace remat::models {
 namespace {
 
@@ -66,19 +68,27 @@ struct ResidualLinearGraphOnly : torch::autograd::Function<ResidualLinearGraphOn
   /// `scaled_mask` empty: no dropout. The mask is kept in saved_data rather than saved, so that
   /// backward can free it as soon as it is applied, as autograd frees dropout's mask before the
   /// linear's backward runs (otherwise it would add to the peak of the segment's backward).
+  /// `seed` >= 0 (with p): the regenerated dropout's mask instead, kept as its seed.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
                                const at::Tensor& /*bias: its gradient needs only the output's*/,
-                               const c10::optional<at::Tensor>& scaled_mask) {
+                               const c10::optional<at::Tensor>& scaled_mask, c10::optional<int64_t> seed, double p) {
     ctx->save_for_backward({h, weight});
     ctx->saved_data["dropout"] = scaled_mask.has_value();
     if (scaled_mask.has_value()) ctx->saved_data["scaled_mask"] = *scaled_mask;
+    if (seed.has_value()) {
+      ctx->saved_data["seed"] = *seed;
+      ctx->saved_data["p"] = p;
+    }
     return {at::zeros({}, x.options()).expand(x.sizes())};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const at::Tensor& grad = grad_outputs[0];
     at::Tensor grad_linear = grad;
-    if (ctx->saved_data["dropout"].toBool()) {
+    if (ctx->saved_data.count("seed") > 0) {  // as remat::ops::dropout's backward
+      grad_linear = ops::apply_dropout_mask(grad, static_cast<uint64_t>(ctx->saved_data["seed"].toInt()),
+                                            ctx->saved_data["p"].toDouble());
+    } else if (ctx->saved_data["dropout"].toBool()) {
       auto mask = ctx->saved_data.find("scaled_mask");
       TORCH_CHECK(mask != ctx->saved_data.end(),
                   "remat: backward ran twice through a graph-only recompute (it frees its dropout mask)");
@@ -87,7 +97,7 @@ struct ResidualLinearGraphOnly : torch::autograd::Function<ResidualLinearGraphOn
     }
     const auto saved = ctx->get_saved_variables();
     const LinearGrads linear = linear_backward(grad_linear, saved[0], saved[1]);
-    return {grad, linear.input, linear.weight, linear.bias, at::Tensor()};
+    return {grad, linear.input, linear.weight, linear.bias, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -103,18 +113,24 @@ bool autocast_enabled() {
 }  // namespace
 
 at::Tensor residual_linear_dropout_graph_only(const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
-                                              const at::Tensor& bias, double p, bool training) {
+                                              const at::Tensor& bias, double p, bool training, bool regenerated) {
   const bool exact = !autocast_enabled() && h.dim() == 3 &&
                      h.is_contiguous() && x.dim() == 3 && x.size(0) == h.size(0) && x.size(1) == h.size(1) &&
                      weight.dim() == 2 && weight.size(0) == x.size(2) && bias.defined() && x.scalar_type() == h.scalar_type();
-  if (!exact) return x + at::dropout(at::linear(h, weight, bias), p, training);
+  if (!exact) {
+    const at::Tensor y = at::linear(h, weight, bias);
+    return x + (regenerated ? ops::dropout(y, p, training) : at::dropout(y, p, training));
+  }
   c10::optional<at::Tensor> scaled_mask;  // none: dropout is the identity
-  if (training && p > 0) {
+  c10::optional<int64_t> seed;
+  if (training && p > 0 && regenerated) {
+    seed = static_cast<int64_t>(ops::draw_dropout_seed());  // as remat::ops::dropout draws it
+  } else if (training && p > 0) {
     // Dropout of ones is the scaled mask itself (1·m/(1-p)), drawn by the same generator calls as
     // the dropout of the linear's output of this shape, dtype and device.
     scaled_mask = at::dropout(at::ones(x.sizes(), h.options()), p, /*train=*/true);
   }
-  return ResidualLinearGraphOnly::apply(x, h, weight, bias, scaled_mask)[0];
+  return ResidualLinearGraphOnly::apply(x, h, weight, bias, scaled_mask, seed, p)[0];
 }
 
 at::Tensor layer_norm_linear(const at::Tensor& x, const at::Tensor& ln_weight, const at::Tensor& ln_bias, double eps,

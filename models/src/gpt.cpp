@@ -15,6 +15,8 @@
 #include "remat/models/estimator.h"
 #include "remat/models/fused_ops.h"
 #include "remat/error.h"
+#include "remat/ops/attention.h"
+#include "remat/ops/dropout.h"
 
 namespace remat::models {
 
@@ -24,9 +26,15 @@ Keep parse_keep(const std::string& option) {
   if (option == "full") return Keep::full;
   if (option == "selective") return Keep::selective;
   if (option == "matmul-inputs") return Keep::matmul_inputs;
-  REMAT_CHECK(false, "unknown stage option '", option, "'; use full, selective or matmul-inputs.");
+  if (option == "fused") return Keep::fused;
+  if (option == "fused+matmul-inputs") return Keep::fused_matmul_inputs;
+  REMAT_CHECK(false, "unknown stage option '", option,
+              "'; use full, selective, matmul-inputs, fused or fused+matmul-inputs.");
   return Keep::full;
 }
+
+bool recomputes_matmul_inputs(Keep keep) { return keep == Keep::matmul_inputs || keep == Keep::fused_matmul_inputs; }
+bool is_fused(Keep keep) { return keep == Keep::fused || keep == Keep::fused_matmul_inputs; }
 
 void GptConfig::validate() const {
   REMAT_CHECK(layers >= 1, "GptConfig::layers must be at least 1, got ", layers, ".");
@@ -60,12 +68,19 @@ GptBlockImpl::GptBlockImpl(const GptConfig& c) : heads_(c.heads), dropout_(c.dro
   causal_mask_ = torch::ones({c.sequence, c.sequence}, torch::kBool).triu(1);
 }
 
-at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out) {
+at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out, bool fused) {
   const int64_t B = qkv_out.size(0), T = qkv_out.size(1), C = qkv_out.size(2) / 3, HS = C / heads_;
   auto split = qkv_out.split(C, /*dim=*/2);
   at::Tensor q = split[0].view({B, T, heads_, HS}).transpose(1, 2);  // (B,NH,T,HS)
   at::Tensor k = split[1].view({B, T, heads_, HS}).transpose(1, 2);  // (B,NH,T,HS)
   at::Tensor v = split[2].view({B, T, heads_, HS}).transpose(1, 2);  // (B,NH,T,HS)
+  if (fused) {
+    // A transposed view of a contiguous (B,T,NH,HS) tensor: the reshape is free, and proj keeps
+    // the very tensor the attention keeps as its output.
+    return ops::attention(q, k, v, ops::AttentionOptions().causal(true).dropout(dropout_).training(is_training()))
+        .transpose(1, 2)
+        .reshape({B, T, C});
+  }
   at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(HS)));  // (B,NH,T,T)
   if (causal_mask_.device() != scores.device()) causal_mask_ = causal_mask_.to(scores.device());
   scores = scores.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T), -std::numeric_limits<float>::infinity());
@@ -74,30 +89,39 @@ at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out) {
   return probs.matmul(v).transpose(1, 2).contiguous().view({B, T, C});                 // (B,T,C)
 }
 
+at::Tensor GptBlockImpl::residual_dropout(const at::Tensor& x, bool fused) {
+  if (fused) return ops::dropout(x, dropout_, is_training());
+  return F::dropout(x, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+}
+
 at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep, bool graph_only) {
-  at::Tensor qkv_out = keep == Keep::matmul_inputs  // (B,T,3C)
+  at::Tensor qkv_out = recomputes_matmul_inputs(keep)  // (B,T,3C)
                            ? layer_norm_linear(x, ln1->weight, ln1->bias, ln1->options.eps(), qkv->weight, qkv->bias)
                            : qkv(ln1(x));
   at::Tensor attended = keep == Keep::selective
                             ? checkpoint([this](const at::Tensor& in) { return core_attention(in); }, qkv_out,
                                          CheckpointOptions().name("core attention"))
-                            : core_attention(qkv_out);  // (B,T,C)
-  if (graph_only) return residual_linear_dropout_graph_only(x, attended, proj->weight, proj->bias, dropout_, is_training());
-  return x + F::dropout(proj(attended), F::DropoutFuncOptions().p(dropout_).training(is_training()));
+                            : core_attention(qkv_out, is_fused(keep));  // (B,T,C)
+  if (graph_only) {
+    return residual_linear_dropout_graph_only(x, attended, proj->weight, proj->bias, dropout_, is_training(),
+                                              is_fused(keep));
+  }
+  return x + residual_dropout(proj(attended), is_fused(keep));
 }
 
 at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x, Keep keep, bool graph_only) {
-  if (graph_only && keep != Keep::matmul_inputs) {
-    return residual_linear_dropout_graph_only(x, F::gelu(fc1(ln2(x))), fc2->weight, fc2->bias, dropout_, is_training());
+  if (graph_only && !recomputes_matmul_inputs(keep)) {
+    return residual_linear_dropout_graph_only(x, F::gelu(fc1(ln2(x))), fc2->weight, fc2->bias, dropout_, is_training(),
+                                              is_fused(keep));
   }
   at::Tensor out;  // (B,T,C)
-  if (keep == Keep::matmul_inputs) {
+  if (recomputes_matmul_inputs(keep)) {
     at::Tensor u = layer_norm_linear(x, ln2->weight, ln2->bias, ln2->options.eps(), fc1->weight, fc1->bias);  // (B,T,4C)
     out = gelu_linear(u, fc2->weight, fc2->bias);
   } else {
     out = fc2(F::gelu(fc1(ln2(x))));  // GELU output (B,T,4C) kept for fc2, erf GELU
   }
-  return x + F::dropout(out, F::DropoutFuncOptions().p(dropout_).training(is_training()));
+  return x + residual_dropout(out, is_fused(keep));
 }
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {
@@ -156,7 +180,8 @@ GptStage gpt_stage_kind(int64_t index, int64_t stages, const std::string& granul
 std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity) {
   REMAT_CHECK(granularity == "block" || granularity == "half", "GPT chain granularity must be 'block' or 'half', got '",
               granularity, "'.");
-  const std::vector<std::string> block_options = {"full", "selective", "matmul-inputs"};
+  const std::vector<std::string> block_options = {"full", "selective", "matmul-inputs", "fused", "fused+matmul-inputs"};
+  const std::vector<std::string> mlp_options = {"full", "matmul-inputs", "fused", "fused+matmul-inputs"};
   std::vector<StageInfo> stages;
   stages.push_back({"embed", -1, {"full"}});
   for (int64_t b = 0; b < layers; ++b) {
@@ -165,7 +190,7 @@ std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity
       stages.push_back({"block" + n, b, block_options});
     } else {
       stages.push_back({"attn" + n, b, block_options});
-      stages.push_back({"mlp" + n, b, {"full", "matmul-inputs"}});
+      stages.push_back({"mlp" + n, b, mlp_options});
     }
   }
   stages.push_back({"head", -1, {"full"}});
@@ -186,7 +211,7 @@ Plan to_half_granularity(const Plan& plan) {
   for (int64_t b = 0; b < layers; ++b) {
     const std::string& option = plan.options[b + 1];
     half.options[1 + 2 * b] = option;
-    half.options[2 + 2 * b] = option == "matmul-inputs" ? option : "full";
+    half.options[2 + 2 * b] = option == "selective" ? "full" : option;  // the MLP has no selective
   }
   // Stage index i of the block chain: 0 embed, 1..layers blocks, layers+1 head.
   std::function<std::vector<PlanItem>(const std::vector<PlanItem>&)> convert = [&](const std::vector<PlanItem>& items) {

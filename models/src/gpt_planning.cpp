@@ -42,7 +42,7 @@ BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int6
 
 std::vector<std::string> gpt_policy_names() {
   return {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn", "ffn+attn", "selective",
-          "matmul-inputs"};
+          "matmul-inputs", "fused", "fused+matmul-inputs"};
 }
 
 std::vector<std::string> gpt_policy_candidates() { return with_and_without_skip_ends(gpt_policy_names()); }

@@ -16,12 +16,16 @@ const std::vector<PolicyDescription>& gpt_only_descriptions() {
       {"ffn+attn", "checkpoint each half-block separately: like block but keeps the mid-block residual too"},
       {"selective", "Megatron-style: recompute only softmax(QK^T)V; keeps all matmul inputs, little recompute"},
       {"matmul-inputs", "recompute LayerNorm and GELU outputs for the matmuls that read them: drops ~6 of ~34 B·T·C per block, cheap"},
+      {"fused", "recompute inside operations: memory-efficient attention keeps no T^2 tensor, dropout keeps a seed, not a mask"},
+      {"fused+matmul-inputs", "fused and matmul-inputs together: the least a block keeps without checkpointing it"},
   };
   return list;
 }
 
 bool is_half_policy(const std::string& base) { return base == "ffn" || base == "attn" || base == "ffn+attn"; }
-bool is_option_policy(const std::string& base) { return base == "selective" || base == "matmul-inputs"; }
+bool is_option_policy(const std::string& base) {
+  return base == "selective" || base == "matmul-inputs" || base == "fused" || base == "fused+matmul-inputs";
+}
 
 // The policy without ",skip-ends" when it is one of the GPT's own; empty for generic ones. Throws
 // for names neither knows, listing both.

@@ -14,9 +14,10 @@ for f in pareto.png timeline.png; do
 done
 grep -q "<svg" "$work/bench/pareto.svg" || fail "pareto.svg is not SVG"
 grep -q "round 3/3" "$work/bench.err" || fail "no progress shown"
-# Defaults that apply to 2 blocks (segments:4 does not) plus two planner budgets.
+# Defaults that apply to 2 blocks (segments:4 does not; fused and fused+matmul-inputs do) plus two
+# planner budgets.
 rows=$(($(wc -l < "$work/bench/bench.csv") - 1))
-[ "$rows" -eq 14 ] || fail "expected 14 strategies in bench.csv, got $rows"
+[ "$rows" -eq 16 ] || fail "expected 16 strategies in bench.csv, got $rows"
 grep -q '^"block,skip-ends",policy,' "$work/bench/bench.csv" || fail "names with commas are not quoted in the CSV"
 # on_pareto_frontier must be 1 exactly for the rows no other row beats on both peak and time
 # (columns found by their names in the header; no field of these rows holds a quoted comma but the name).

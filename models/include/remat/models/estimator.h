@@ -3,7 +3,9 @@
 // Counts, op by op, the bytes each operation of a block keeps for backward and its FLOPs, sums
 // them into a cost table of the same form the profiler measures (so the same simulator and
 // planners apply), and compares the per-layer total with Korthikanti et al. (2022):
-// s·b·h·(34 + 5·a·s/h) bytes for 16-bit activations with 1-byte dropout masks.
+// s·b·h·(34 + 5·a·s/h) bytes for 16-bit activations with 1-byte dropout masks. Option "fused"
+// (remat::ops::attention and regenerated dropout) keeps no attention map and no dropout mask: the
+// formula's second term, 5·a·s²·b, is gone.
 #pragma once
 
 #include <string>
@@ -28,14 +30,18 @@ struct EstimateOptions {
 struct OpEstimate {
   std::string half;   ///< "attention" or "mlp"
   std::string what;   ///< the kept tensor and the operation that keeps it
-  int64_t kept_bytes = 0;
+  int64_t kept_bytes = 0;        ///< under option "full"
   double forward_flops = 0;
+  int64_t fused_kept_bytes = 0;  ///< under option "fused": no attention map, no dropout mask
 };
 
 struct GptEstimate {
-  std::vector<OpEstimate> block_ops;  ///< one block, option "full"
-  int64_t block_bytes = 0;            ///< sum of block_ops
+  std::vector<OpEstimate> block_ops;  ///< one block
+  int64_t block_bytes = 0;            ///< sum of block_ops, option "full"
+  int64_t fused_block_bytes = 0;      ///< sum of block_ops, option "fused"
   int64_t published_block_bytes = 0;  ///< s·b·h·(34 + 5·a·s/h), the 16-bit published figure
+  int64_t published_linear_bytes = 0;     ///< its first term, s·b·h·34
+  int64_t published_attention_bytes = 0;  ///< its second term, 5·a·s²·b: the attention maps
   double block_forward_flops = 0;
   CostTable costs;                    ///< for the whole chain at the chosen granularity
 };

@@ -28,8 +28,10 @@ at::Tensor gelu_linear(const at::Tensor& u, const at::Tensor& weight, const at::
 /// calls), so the gradients equal those of the computed expression. The returned tensor has the
 /// sum's shape, dtype and device but holds no data (a broadcast zero): read it and you read zeros.
 /// Falls back to computing the expression where the shortcut would not match it exactly (autocast
-/// on; h not a contiguous (B,T,K) tensor).
+/// on; h not a contiguous (B,T,K) tensor). `regenerated`: the dropout is remat::ops::dropout (its
+/// seed drawn as that draws it), not LibTorch's.
 at::Tensor residual_linear_dropout_graph_only(const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
-                                              const at::Tensor& bias, double p, bool training);
+                                              const at::Tensor& bias, double p, bool training,
+                                              bool regenerated = false);
 
 }  // namespace remat::models

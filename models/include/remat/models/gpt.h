@@ -15,6 +15,10 @@
 //   matmul-inputs  recompute LayerNorm and GELU outputs (cheap) for the matmuls that consume them
 //                  instead of keeping them (fused_ops.h); softmax stays, since its backward needs
 //                  its output and recomputing it pays only with P·V recomputed too (selective)
+//   fused          recompute inside operations: attention by remat::ops::attention (keeps q, k, v,
+//                  its output and a log-sum-exp per row, no (B,NH,T,T) tensor) and every dropout of
+//                  the stage by remat::ops::dropout (a seed instead of a mask)
+//   fused+matmul-inputs   both
 #pragma once
 
 #include <cstdint>
@@ -35,8 +39,12 @@
 namespace remat::models {
 
 /// What a block keeps inside (see the stage options above).
-enum class Keep { full, selective, matmul_inputs };
+enum class Keep { full, selective, matmul_inputs, fused, fused_matmul_inputs };
 Keep parse_keep(const std::string& option);
+/// Whether `keep` recomputes LayerNorm and GELU outputs (matmul-inputs, alone or with fused).
+bool recomputes_matmul_inputs(Keep keep);
+/// Whether `keep` uses remat's fused attention and regenerated dropout.
+bool is_fused(Keep keep);
 
 struct GptConfig {
   int64_t layers = 8;
@@ -68,7 +76,8 @@ class GptBlockImpl : public torch::nn::Module {
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
 
  private:
-  at::Tensor core_attention(const at::Tensor& qkv_out);  // (B,T,3C) -> (B,T,C)
+  at::Tensor core_attention(const at::Tensor& qkv_out, bool fused = false);  // (B,T,3C) -> (B,T,C)
+  at::Tensor residual_dropout(const at::Tensor& x, bool fused);
   int64_t heads_;
   double dropout_;
   at::Tensor causal_mask_;  // (T,T) bool, true above the diagonal; not a buffer: not saved
