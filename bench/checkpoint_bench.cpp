@@ -55,12 +55,15 @@ int main(int argc, char** argv) {
   at::Tensor w = torch::randn({16}, torch::requires_grad());
   at::Tensor x = torch::randn({16}, torch::requires_grad());
   auto tiny = [&](const at::Tensor& in) { return (in * w).tanh(); };
-  std::vector<double> direct_fwd, ckpt_fwd, direct_step, ckpt_step;
+  std::vector<double> direct_fwd, ckpt_fwd, direct_step, ckpt_step, nr_fwd, nr_step;
+  const auto non_reentrant = remat::CheckpointOptions().reentrant(false);
   for (int r = 0; r < rounds; ++r) {
     direct_fwd.push_back(seconds_per_call(calls, [&] { tiny(x); }));
     ckpt_fwd.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x); }));
+    nr_fwd.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x, non_reentrant); }));
     direct_step.push_back(seconds_per_call(calls, [&] { tiny(x).sum().backward(); }));
     ckpt_step.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x).sum().backward(); }));
+    nr_step.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x, non_reentrant).sum().backward(); }));
   }
   const double us = 1e6;
   std::cout << "Per call on a tiny function (16 floats, mul+tanh), median of " << rounds << " rounds of " << calls
@@ -69,12 +72,18 @@ int main(int argc, char** argv) {
             << remat::median(ckpt_fwd) * us << " us, overhead " << (remat::median(ckpt_fwd) - remat::median(direct_fwd)) * us << " us\n"
             << "  forward + backward:  direct " << remat::median(direct_step) * us << " us, checkpoint "
             << remat::median(ckpt_step) * us << " us, overhead " << (remat::median(ckpt_step) - remat::median(direct_step)) * us
-            << " us\n";
+            << " us\n"
+            << "  non-reentrant:       forward " << remat::median(nr_fwd) * us << " us (overhead "
+            << (remat::median(nr_fwd) - remat::median(direct_fwd)) * us << " us), forward + backward "
+            << remat::median(nr_step) * us << " us (overhead " << (remat::median(nr_step) - remat::median(direct_step)) * us
+            << " us)\n";
 
   nlohmann::json j = {{"tiny_forward_direct_us", remat::median(direct_fwd) * us},
                       {"tiny_forward_checkpoint_us", remat::median(ckpt_fwd) * us},
                       {"tiny_step_direct_us", remat::median(direct_step) * us},
-                      {"tiny_step_checkpoint_us", remat::median(ckpt_step) * us}};
+                      {"tiny_step_checkpoint_us", remat::median(ckpt_step) * us},
+                      {"tiny_forward_checkpoint_nonreentrant_us", remat::median(nr_fwd) * us},
+                      {"tiny_step_checkpoint_nonreentrant_us", remat::median(nr_step) * us}};
   if (skip_stack) {
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     return 0;

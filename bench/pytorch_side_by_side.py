@@ -514,8 +514,12 @@ def remat_overhead(build, calls, rounds, threads, workdir):
              f"cd build && make remat_checkpoint_bench):\n{done.stderr.strip()}")
     with open(path) as f:
         j = json.load(f)
-    return [{"who": "remat::checkpoint", "mode": mode, "direct_us": j[f"tiny_{mode}_direct_us"],
+    rows = [{"who": "remat::checkpoint", "mode": mode, "direct_us": j[f"tiny_{mode}_direct_us"],
              "checkpoint_us": j[f"tiny_{mode}_checkpoint_us"]} for mode in ("forward", "step")]
+    rows += [{"who": "remat::checkpoint, non-reentrant", "mode": mode, "direct_us": j[f"tiny_{mode}_direct_us"],
+              "checkpoint_us": j[f"tiny_{mode}_checkpoint_nonreentrant_us"]}
+             for mode in ("forward", "step") if f"tiny_{mode}_checkpoint_nonreentrant_us" in j]
+    return rows
 
 
 def measure_overhead(args, workdir):
@@ -524,7 +528,7 @@ def measure_overhead(args, workdir):
     rows += pytorch_overhead(args.overhead_calls, args.overhead_rounds)
     for r in rows:
         r["overhead_us"] = r["checkpoint_us"] - r["direct_us"]
-    return sorted(rows, key=lambda r: (r["mode"], r["who"] != "remat::checkpoint"))
+    return sorted(rows, key=lambda r: (r["mode"], not r["who"].startswith("remat::checkpoint"), r["who"]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 //
 //   remat_plan_transformer            12 layers, d_model 256, 8 heads, sequence 128, batch 8
 //   remat_plan_transformer --quick    a small configuration (what the tests run); --steps N: measured steps
+//   remat_plan_transformer --modes    block, every:2 and the 50% plan, reentrant and non-reentrant
 #include <iostream>
 
 #include <torch/torch.h>
@@ -63,9 +64,15 @@ int run(int argc, char** argv) {
   const at::Tensor x = torch::randn({config.sequence, config.batch, config.d_model});  // (S, N, E) embeddings
   const at::Tensor target = torch::randn({config.sequence, config.batch, config.d_model});
 
+  const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--modes") {  // both checkpoint modes side by side
+      return remat_examples::report_modes([&] { return make_transformer(config); },
+                                          [&](const at::Tensor& out) { return F::mse_loss(out, target); }, x, options);
+    }
+  }
   train_under_budget(make_transformer(config), x, target);
   std::cout << "\n";
-  const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
   return remat_examples::report_budgets([&] { return make_transformer(config); },
                                         [&](const at::Tensor& out) { return F::mse_loss(out, target); }, x, options);
 }

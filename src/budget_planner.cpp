@@ -69,7 +69,9 @@ BudgetPlan plan_for_budget(Chain& chain, const at::Tensor& sample_input, const B
                            const BudgetPlanOptions& options) {
   const CostTable costs =
       profile_chain(chain, sample_input, ProfileOptions().repeats(options.repeats()).warmup(options.warmup()));
-  return plan_for_budget(costs, Plan::plain(chain), budget, options.memory_slots());
+  Plan plan_template = Plan::plain(chain);
+  plan_template.mode = options.mode();
+  return plan_for_budget(costs, plan_template, budget, options.memory_slots());
 }
 
 std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies) {

@@ -37,7 +37,7 @@ int64_t parameter_bytes_between(const CostTable& costs, int64_t first, int64_t l
 // and δ(t) counted: the recurrence of docs/planner.md, applied to one given plan. Inside a
 // checkpointed segment (`in_segment`) the parameter gradients of stages already back-propagated
 // are held until the segment's backward returns them all at once (the recompute's engine captures
-// them); outside, each is added into .grad as soon as it is computed.
+// them; reentrant mode only); outside, each is added into .grad as soon as it is computed.
 Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64_t s, int64_t t, bool in_segment,
                          const Plan& plan, const CostTable& costs) {
   Simulated result;
@@ -45,13 +45,15 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
   const auto& item = items[first];
   const auto& stages = costs.stages;
   const int64_t grad_t = stages[t].output_bytes;
+  // Non-reentrant segments add each parameter's gradient into .grad as its node finishes.
+  const bool captures = plan.mode == CheckpointMode::reentrant;
   if (item.is_stage()) {
     const StageCost& c = stages[s];
     // The last stage of a segment's items is recomputed graph-only (run_plan does so).
     const bool segment_end = in_segment && first + 1 == items.size();
     const StageOptionCost& option = c.option(plan.options[s]);
     const StageRunCost& o = segment_end ? option.at_segment_end() : option;
-    const int64_t captured = in_segment ? parameter_bytes_between(costs, s + 1, t) : 0;
+    const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, s + 1, t) : 0;
     result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
                            c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured);
     result.seconds = o.forward_seconds + o.backward_seconds;
@@ -79,7 +81,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64
   // During its backward a segment holds its saved RNG state and, while recomputing, a copy of the
   // current one (restored afterwards): two states; and, inside an enclosing segment, the gradients
   // that one has captured from the stages after e.
-  const int64_t captured = in_segment ? parameter_bytes_between(costs, e + 1, t) : 0;
+  const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, e + 1, t) : 0;
   const Simulated inner = simulate_items(item.segment, 0, s, e, /*in_segment=*/true, plan, costs);
   result.peak = std::max(result.peak, 2 * segment + captured + inner.peak);
   result.seconds += inner.seconds;

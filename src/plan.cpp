@@ -125,7 +125,7 @@ at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, cons
           // calls reset it), and it passes it to its last stage alone.
           return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
         },
-        x, CheckpointOptions().name(name).restore_after_recompute(std::move(buffers)));
+        x, CheckpointOptions().name(name).restore_after_recompute(std::move(buffers)).mode(plan->mode));
   }
   return x;
 }
@@ -160,13 +160,26 @@ Plan Plan::plain(const Chain& chain) {
 std::string Plan::to_string() const {
   std::string out;
   append_compact(*this, items, out);
+  if (mode == CheckpointMode::non_reentrant) out += " (non-reentrant)";
   return out;
+}
+
+const char* to_string(CheckpointMode mode) {
+  return mode == CheckpointMode::reentrant ? "reentrant" : "non-reentrant";
+}
+
+CheckpointMode parse_checkpoint_mode(const std::string& text) {
+  if (text == "reentrant") return CheckpointMode::reentrant;
+  if (text == "non-reentrant") return CheckpointMode::non_reentrant;
+  REMAT_CHECK(false, "unknown checkpoint mode '", text, "'; use reentrant or non-reentrant.");
+  return CheckpointMode::reentrant;
 }
 
 std::string Plan::to_json() const {
   nlohmann::json j = {{"format", "remat-plan"}, {"version", 1}, {"granularity", granularity},
                       {"stages", stage_names}, {"options", options}, {"plan", items_to_json(*this, items)}};
   if (!default_options.empty()) j["default_options"] = default_options;
+  j["checkpoint_mode"] = remat::to_string(mode);
   return j.dump(2);
 }
 
@@ -208,6 +221,12 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
                 source, ": field 'default_options' must be an array of ", plan.stage_names.size(),
                 " option names, one per stage.");
     for (const auto& d : defaults) plan.default_options.push_back(d.get<std::string>());
+  }
+  if (j.contains("checkpoint_mode")) {  // absent in plans written before the mode existed: reentrant
+    const auto& mode = j["checkpoint_mode"];
+    REMAT_CHECK(mode.is_string() && (mode == "reentrant" || mode == "non-reentrant"), source,
+                ": field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\", found ", mode.dump(), ".");
+    plan.mode = parse_checkpoint_mode(mode.get<std::string>());
   }
   plan.items = items_from_json(j["plan"], plan.stage_names, source);
   int64_t next = 0;

@@ -54,6 +54,7 @@ size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
 }
 
 int64_t OptimalPlanner::captured_units(int64_t first, int64_t t) const {
+  if (template_.mode == CheckpointMode::non_reentrant) return 0;  // gradients go to .grad as they come
   return t < n_ - 1 && first <= t ? parameter_units_before_[t + 1] - parameter_units_before_[first] : 0;
 }
 

@@ -1,4 +1,5 @@
-// The checkpoint mechanism: gradients, parameters, RNG, autocast, nesting, errors.
+// The checkpoint mechanism: gradients, parameters, RNG, autocast, nesting, errors, in both modes
+// (one suite, run reentrant and non-reentrant), then what only the non-reentrant mode does.
 #include <atomic>
 
 #include <gtest/gtest.h>
@@ -35,9 +36,26 @@ void expect_error_containing(F&& f, const std::vector<std::string>& fragments) {
   }
 }
 
+// Every test of the suite runs in both modes: checkpoint calls take the guard's default.
+class Checkpoint : public ::testing::TestWithParam<remat::CheckpointMode> {
+ protected:
+  bool reentrant() const { return GetParam() == remat::CheckpointMode::reentrant; }
+
+ private:
+  remat::CheckpointModeGuard mode_{GetParam()};
+};
+
+std::string mode_name(const ::testing::TestParamInfo<remat::CheckpointMode>& info) {
+  return info.param == remat::CheckpointMode::reentrant ? "reentrant" : "non_reentrant";
+}
+
 }  // namespace
 
-TEST(Checkpoint, InputAndParameterGradientsEqualThePlainRun) {
+INSTANTIATE_TEST_SUITE_P(Modes, Checkpoint,
+                         ::testing::Values(remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant),
+                         mode_name);
+
+TEST_P(Checkpoint, InputAndParameterGradientsEqualThePlainRun) {
   torch::manual_seed(0);
   torch::nn::Linear linear(16, 16);
   auto fn = [&](const at::Tensor& x) { return linear(x.sin()).tanh() * x; };
@@ -52,7 +70,7 @@ TEST(Checkpoint, InputAndParameterGradientsEqualThePlainRun) {
   remat::testing::expect_same_grads(plain, remat::testing::parameter_grads(*linear));
 }
 
-TEST(Checkpoint, ParametersGetGradientsWhenNoInputRequiresGrad) {
+TEST_P(Checkpoint, ParametersGetGradientsWhenNoInputRequiresGrad) {
   torch::manual_seed(0);
   torch::nn::Linear adapter(8, 8);
   at::Tensor frozen_embedding = torch::randn({3, 8});  // requires_grad = false
@@ -68,7 +86,7 @@ TEST(Checkpoint, ParametersGetGradientsWhenNoInputRequiresGrad) {
   remat::testing::expect_same_grads(plain, remat::testing::parameter_grads(*adapter));
 }
 
-TEST(Checkpoint, WorksWithAutogradGrad) {
+TEST_P(Checkpoint, WorksWithAutogradGrad) {
   torch::manual_seed(0);
   at::Tensor w = torch::randn({5, 5}, torch::requires_grad());
   at::Tensor x = torch::randn({2, 5}, torch::requires_grad());
@@ -81,7 +99,7 @@ TEST(Checkpoint, WorksWithAutogradGrad) {
   EXPECT_FALSE(w.grad().defined()) << "autograd::grad must not accumulate into .grad";
 }
 
-TEST(Checkpoint, ParameterHookFiresOncePerBackward) {
+TEST_P(Checkpoint, ParameterHookFiresOncePerBackward) {
   at::Tensor w = torch::randn({4, 4}, torch::requires_grad());
   int calls = 0;
   w.register_hook([&calls](const at::Tensor& g) {
@@ -93,7 +111,7 @@ TEST(Checkpoint, ParameterHookFiresOncePerBackward) {
   EXPECT_EQ(calls, 1);
 }
 
-TEST(Checkpoint, DropoutMasksAndRngStreamAreThoseOfThePlainRun) {
+TEST_P(Checkpoint, DropoutMasksAndRngStreamAreThoseOfThePlainRun) {
   torch::nn::Linear linear(32, 32);
   auto fn = [&](const at::Tensor& x) { return torch::dropout(linear(x), 0.5, /*train=*/true); };
   at::Tensor x = torch::randn({8, 32});
@@ -110,7 +128,7 @@ TEST(Checkpoint, DropoutMasksAndRngStreamAreThoseOfThePlainRun) {
   EXPECT_TRUE(bitwise_equal(plain_next, checkpointed_next)) << "the recompute disturbed the RNG stream";
 }
 
-TEST(Checkpoint, WithoutRngPreservationDropoutMasksDiffer) {
+TEST_P(Checkpoint, WithoutRngPreservationDropoutMasksDiffer) {
   torch::nn::Linear linear(32, 32);
   auto fn = [&](const at::Tensor& x) { return torch::dropout(linear(x), 0.5, /*train=*/true); };
   at::Tensor x = torch::randn({8, 32});
@@ -123,7 +141,7 @@ TEST(Checkpoint, WithoutRngPreservationDropoutMasksDiffer) {
   EXPECT_FALSE(plain_grad.equal(leaf.grad()));
 }
 
-TEST(Checkpoint, AutocastAndGradModeOfTheForwardAreReappliedInTheRecompute) {
+TEST_P(Checkpoint, AutocastAndGradModeOfTheForwardAreReappliedInTheRecompute) {
   at::Tensor w = torch::randn({8, 8}, torch::requires_grad());
   std::vector<at::ScalarType> matmul_dtypes;
   std::vector<bool> grad_modes;
@@ -150,7 +168,7 @@ TEST(Checkpoint, AutocastAndGradModeOfTheForwardAreReappliedInTheRecompute) {
   EXPECT_FALSE(remat::detail::AutocastSnapshot::capture().cpu_enabled) << "autocast leaked out of the recompute";
 }
 
-TEST(Checkpoint, NestedCheckpointsGiveThePlainGradients) {
+TEST_P(Checkpoint, NestedCheckpointsGiveThePlainGradients) {
   torch::manual_seed(0);
   torch::nn::Linear a(6, 6), b(6, 6);
   auto inner = [&](const at::Tensor& x) { return b(x).tanh(); };
@@ -169,7 +187,7 @@ TEST(Checkpoint, NestedCheckpointsGiveThePlainGradients) {
   remat::testing::expect_same_grads(plain_params_b, remat::testing::parameter_grads(*b));
 }
 
-TEST(Checkpoint, UnderNoGradRunsOnceAndKeepsNothing) {
+TEST_P(Checkpoint, UnderNoGradRunsOnceAndKeepsNothing) {
   int calls = 0;
   at::Tensor w = torch::randn({4, 4}, torch::requires_grad());
   torch::NoGradGuard no_grad;
@@ -183,7 +201,7 @@ TEST(Checkpoint, UnderNoGradRunsOnceAndKeepsNothing) {
   EXPECT_FALSE(out.requires_grad());
 }
 
-TEST(Checkpoint, MultipleOutputsSomeIntegerSomeUnusedSomeUndefined) {
+TEST_P(Checkpoint, MultipleOutputsSomeIntegerSomeUnusedSomeUndefined) {
   torch::manual_seed(0);
   at::Tensor w = torch::randn({5, 5}, torch::requires_grad());
   auto fn = [&](const std::vector<at::Tensor>& in) {
@@ -209,7 +227,7 @@ TEST(Checkpoint, MultipleOutputsSomeIntegerSomeUnusedSomeUndefined) {
   EXPECT_TRUE(bitwise_equal(plain_w, w.grad()));
 }
 
-TEST(Checkpoint, InputsWithoutGradUndefinedInputsAndCapturedNonTensors) {
+TEST_P(Checkpoint, InputsWithoutGradUndefinedInputsAndCapturedNonTensors) {
   at::Tensor x = torch::randn({4}, torch::requires_grad());
   at::Tensor mask = torch::ones({4});  // does not require grad
   const double scale = 3.0;
@@ -227,26 +245,28 @@ TEST(Checkpoint, InputsWithoutGradUndefinedInputsAndCapturedNonTensors) {
   EXPECT_FALSE(mask.grad().defined());
 }
 
-TEST(Checkpoint, NondeterministicShapeFailsInBackwardNamingTheFunction) {
+TEST_P(Checkpoint, NondeterministicShapeFailsInBackwardNamingTheFunction) {
   int calls = 0;
   at::Tensor x = torch::randn({6}, torch::requires_grad());
   at::Tensor out = remat::checkpoint(
-      [&](const at::Tensor& in) { return ++calls == 1 ? in * 2 : in.narrow(0, 0, 3) * 2; }, x,
+      [&](const at::Tensor& in) { return ++calls == 1 ? (in * 2).exp() : (in.narrow(0, 0, 3) * 2).exp(); }, x,
       remat::CheckpointOptions().name("flaky"));
+  // Reentrant checks the recompute's outputs, non-reentrant every tensor it saves (exp's output).
   expect_error_containing([&] { out.sum().backward(); },
-                          {"checkpoint 'flaky'", "output 0", "[3]", "[6]", "must compute the same"});
+                          {"checkpoint 'flaky'", reentrant() ? "output 0" : "saved tensor 0", "[3]", "[6]",
+                           "must compute the same"});
 }
 
-TEST(Checkpoint, NondeterministicDtypeFailsInBackward) {
+TEST_P(Checkpoint, NondeterministicDtypeFailsInBackward) {
   int calls = 0;
   at::Tensor x = torch::randn({6}, torch::requires_grad());
   at::Tensor out = remat::checkpoint(
-      [&](const at::Tensor& in) { return ++calls == 1 ? in * 2 : (in * 2).to(at::kDouble); }, x,
+      [&](const at::Tensor& in) { return ++calls == 1 ? (in * 2).exp() : (in * 2).to(at::kDouble).exp(); }, x,
       remat::CheckpointOptions().name("dtype-changer"));
   expect_error_containing([&] { out.sum().backward(); }, {"checkpoint 'dtype-changer'", "Double", "Float"});
 }
 
-TEST(Checkpoint, BackwardTwiceNeedsRetainGraph) {
+TEST_P(Checkpoint, BackwardTwiceNeedsRetainGraph) {
   at::Tensor x = torch::randn({3}, torch::requires_grad());
   auto fn = [](const at::Tensor& in) { return in.exp(); };
   at::Tensor loss = remat::checkpoint(fn, x).sum();
@@ -257,7 +277,7 @@ TEST(Checkpoint, BackwardTwiceNeedsRetainGraph) {
   expect_error_containing([&] { loss.backward(); }, {"backward through the graph a second time"});
 }
 
-TEST(Checkpoint, SavedInputsAndRecomputedGraphAreFreedAfterBackward) {
+TEST_P(Checkpoint, SavedInputsAndRecomputedGraphAreFreedAfterBackward) {
   remat::install_cpu_memory_tracker();
   at::Tensor x = torch::randn({256, 256}, torch::requires_grad());
   at::Tensor w = torch::randn({256, 256}, torch::requires_grad());
@@ -276,7 +296,7 @@ TEST(Checkpoint, SavedInputsAndRecomputedGraphAreFreedAfterBackward) {
 // data: it is released before the engine runs. So the backward holds the incoming gradient and the
 // input's gradient (2N), not the recomputed output as well (3N); the forward holds 2N too (its
 // output and the loss's product).
-TEST(Checkpoint, RecomputedOutputIsNotHeldThroughTheSegmentsBackward) {
+TEST_P(Checkpoint, RecomputedOutputIsNotHeldThroughTheSegmentsBackward) {
   remat::install_cpu_memory_tracker();
   constexpr int64_t n = 1 << 16;
   constexpr int64_t bytes = n * 4;
@@ -292,7 +312,7 @@ TEST(Checkpoint, RecomputedOutputIsNotHeldThroughTheSegmentsBackward) {
 // Double backward: the gradient's graph, built during the recompute's backward, reaches into the
 // recomputed graph (tanh's backward reuses tanh's output), so that graph must outlive the first
 // backward when create_graph is on.
-TEST(Checkpoint, DoubleBackwardThroughTheRecomputeGivesThePlainSecondDerivative) {
+TEST_P(Checkpoint, DoubleBackwardThroughTheRecomputeGivesThePlainSecondDerivative) {
   at::Tensor x = torch::randn({5}, torch::requires_grad());
   at::Tensor w = torch::randn({5}, torch::requires_grad());
   auto layer = [&](const at::Tensor& in) { return (in * w).tanh(); };
@@ -314,7 +334,7 @@ TEST(Checkpoint, DoubleBackwardThroughTheRecomputeGivesThePlainSecondDerivative)
 
 // A function may return one of the parameters it uses unchanged: the parameter is then a root of
 // the recompute's backward, and still gets its gradient exactly once.
-TEST(Checkpoint, ReturningAParameterUnchangedGivesItsGradientOnce) {
+TEST_P(Checkpoint, ReturningAParameterUnchangedGivesItsGradientOnce) {
   at::Tensor x = torch::randn({4}, torch::requires_grad());
   at::Tensor w = torch::randn({4}, torch::requires_grad());
   auto fn = [&](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{w, in[0] * w}; };
@@ -331,7 +351,7 @@ TEST(Checkpoint, ReturningAParameterUnchangedGivesItsGradientOnce) {
   EXPECT_TRUE(bitwise_equal(plain.second, checked.second));
 }
 
-TEST(Checkpoint, BatchNormStatisticsUpdateOnceWithRestoreAfterRecompute) {
+TEST_P(Checkpoint, BatchNormStatisticsUpdateOnceWithRestoreAfterRecompute) {
   torch::manual_seed(0);
   at::Tensor x = torch::randn({16, 4}) * 3 + 1;
   auto run = [&](bool checkpointed, bool restore) {
@@ -356,7 +376,7 @@ TEST(Checkpoint, BatchNormStatisticsUpdateOnceWithRestoreAfterRecompute) {
   EXPECT_EQ(twice.second, 2) << "without restore_after_recompute the recompute updates the statistics again";
 }
 
-TEST(Checkpoint, ErrorsForEmptyInputsAndFunctionsReturningNoTensor) {
+TEST_P(Checkpoint, ErrorsForEmptyInputsAndFunctionsReturningNoTensor) {
   expect_error_containing(
       [] { remat::checkpoint([](const std::vector<at::Tensor>&) { return std::vector<at::Tensor>{}; }, {}); },
       {"remat: checkpoint 'checkpoint'", "inputs is empty"});
@@ -372,10 +392,128 @@ TEST(Checkpoint, ErrorsForEmptyInputsAndFunctionsReturningNoTensor) {
   expect_error_containing([&] { remat::checkpoint(remat::TensorFunction(), x); }, {"function is empty"});
 }
 
-TEST(Checkpoint, CapturingANonLeafTensorThatRequiresGradIsAnError) {
+TEST_P(Checkpoint, CapturingANonLeafTensorThatRequiresGradIsAnErrorWhereReentrant) {
   at::Tensor x = torch::randn({3}, torch::requires_grad());
   at::Tensor computed_outside = x.exp();
-  expect_error_containing(
-      [&] { remat::checkpoint([&](const at::Tensor& in) { return in * computed_outside; }, x); },
-      {"computed outside it", "Pass that tensor in the checkpoint's inputs"});
+  auto fn = [&](const at::Tensor& in) { return in * computed_outside; };
+  if (reentrant()) {
+    expect_error_containing([&] { remat::checkpoint(fn, x); },
+                            {"computed outside it", "Pass that tensor in the checkpoint's inputs"});
+    return;
+  }
+  // Non-reentrant: the forward's own graph reaches it; its gradient flows as without checkpoint.
+  remat::checkpoint(fn, x).sum().backward();
+  EXPECT_TRUE(x.grad().allclose(computed_outside.detach() + x.detach() * computed_outside.detach()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// What only the non-reentrant mode does.
+
+TEST(NonReentrantCheckpoint, RecomputeStopsOnceEverySavedTensorIsBack) {
+  torch::manual_seed(0);
+  torch::nn::Linear a(8, 8), b(8, 8);
+  std::vector<std::string> ran;
+  auto fn = [&](const at::Tensor& x) {
+    ran.push_back("a");
+    at::Tensor h = a(x).tanh();
+    ran.push_back("b");
+    at::Tensor y = b(h);  // saves h and b's weight before its matmul runs: the last saved tensors
+    ran.push_back("tail");
+    return y * 2 + 1;  // saves nothing
+  };
+  at::Tensor x = torch::randn({4, 8}, torch::requires_grad());
+  at::Tensor out = remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(false));
+  EXPECT_EQ(ran, (std::vector<std::string>{"a", "b", "tail"}));
+  out.sum().backward();
+  EXPECT_EQ(ran, (std::vector<std::string>{"a", "b", "tail", "a", "b"}))
+      << "one recompute, stopped inside b's linear, before the function's last operations";
+  const at::Tensor grad = x.grad().clone();
+  x.mutable_grad().reset();
+  fn(x).sum().backward();
+  EXPECT_TRUE(bitwise_equal(grad, x.grad()));
+}
+
+TEST(NonReentrantCheckpoint, ASegmentsBackwardHoldsOneParameterGradientAtATime) {
+  // Accumulating into existing gradients: the reentrant node returns every parameter's gradient
+  // at once (K weights' bytes), the non-reentrant backward adds each as its node finishes.
+  remat::install_cpu_memory_tracker();
+  constexpr int64_t n = 256, layers = 4, weight_bytes = n * n * 4;
+  torch::manual_seed(0);
+  std::vector<torch::nn::Linear> linears;
+  for (int i = 0; i < layers; ++i) linears.emplace_back(torch::nn::LinearOptions(n, n).bias(false));
+  auto fn = [&](const at::Tensor& x) {
+    at::Tensor h = x;
+    for (auto& l : linears) h = l(h).tanh();
+    return h;
+  };
+  const at::Tensor x = torch::randn({2, n}, torch::requires_grad());
+  auto backward_peak = [&](bool reentrant) {
+    remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(reentrant)).sum().backward();  // grads exist
+    at::Tensor loss = remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(reentrant)).sum();
+    const int64_t before = remat::memory_stats().current_bytes;
+    remat::reset_peak_memory();
+    loss.backward();
+    return remat::memory_stats().peak_bytes - before;
+  };
+  const int64_t reentrant = backward_peak(true), non_reentrant = backward_peak(false);
+  EXPECT_GE(reentrant, layers * weight_bytes);
+  EXPECT_LT(non_reentrant, 2 * weight_bytes);
+}
+
+TEST(NonReentrantCheckpoint, ARecomputeThatSavesOtherTensorsIsAnErrorNamingTheFunction) {
+  // Same output either way: the reentrant mode cannot tell; the saved tensors differ.
+  int calls = 0;
+  at::Tensor x = torch::randn({6}, torch::requires_grad());
+  at::Tensor out = remat::checkpoint(
+      [&](const at::Tensor& in) { return ++calls == 1 ? in.exp().sum() : in.narrow(0, 0, 3).exp().sum() * 2; }, x,
+      remat::CheckpointOptions().name("drifting").reentrant(false));
+  expect_error_containing([&] { out.backward(); },
+                          {"checkpoint 'drifting'", "saved tensor 0 of the recompute is Float[3]",
+                           "the forward's was Float[6]"});
+}
+
+TEST(NonReentrantCheckpoint, MixedNestingGivesThePlainGradients) {
+  torch::manual_seed(0);
+  torch::nn::Linear a(6, 6), b(6, 6);
+  auto inner = [&](const at::Tensor& x) { return b(x).tanh(); };
+  auto plain = [&](const at::Tensor& x) { return inner(a(x).sin()) + x; };
+  const at::Tensor x = torch::randn({3, 6});
+  const at::Tensor plain_grad = input_grad(plain, x, false);
+  const auto plain_a = remat::testing::parameter_grads(*a), plain_b = remat::testing::parameter_grads(*b);
+  for (const bool outer_reentrant : {true, false}) {
+    SCOPED_TRACE(outer_reentrant ? "reentrant outside, non-reentrant inside" : "non-reentrant outside, reentrant inside");
+    a->zero_grad();
+    b->zero_grad();
+    auto nested = [&](const at::Tensor& in) {
+      return remat::checkpoint(inner, a(in).sin(), remat::CheckpointOptions().reentrant(!outer_reentrant)) + in;
+    };
+    at::Tensor leaf = x.clone().requires_grad_(true);
+    remat::checkpoint(nested, leaf, remat::CheckpointOptions().reentrant(outer_reentrant)).pow(2).sum().backward();
+    EXPECT_TRUE(bitwise_equal(plain_grad, leaf.grad()));
+    remat::testing::expect_same_grads(plain_a, remat::testing::parameter_grads(*a));
+    remat::testing::expect_same_grads(plain_b, remat::testing::parameter_grads(*b));
+  }
+}
+
+TEST(NonReentrantCheckpoint, ParameterHooksFireInThePlainOrder) {
+  torch::manual_seed(0);
+  torch::nn::Linear a(4, 4), b(4, 4), c(4, 4);
+  auto fn = [&](const at::Tensor& x) { return c(b(a(x).relu()).relu()); };
+  auto order = [&](int how) {  // 0 plain, 1 reentrant, 2 non-reentrant
+    std::vector<std::string> fired;
+    std::vector<std::pair<at::Tensor, unsigned>> hooks;
+    for (auto* m : {&a, &b, &c}) {
+      const std::string name = m == &a ? "a" : m == &b ? "b" : "c";
+      at::Tensor w = (*m)->weight;
+      hooks.emplace_back(w, w.register_hook([&fired, name](const at::Tensor&) { fired.push_back(name); }));
+    }
+    at::Tensor x = torch::randn({2, 4});
+    at::Tensor y = how == 0 ? fn(x) : remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(how == 1));
+    y.sum().backward();
+    for (auto& [w, id] : hooks) w.remove_hook(id);
+    return fired;
+  };
+  const auto plain = order(0);
+  EXPECT_EQ(plain, (std::vector<std::string>{"c", "b", "a"}));
+  EXPECT_EQ(order(2), plain);
 }

@@ -2,7 +2,8 @@
 # Data parallel over real processes on loopback: 2 ranks with batch b and 1 process with batch 2b on
 # the same samples end with the same parameters after 5 optimiser steps (fp32; the sums run in
 # another order, so to a stated tolerance), for remat's GPT under none, block, every:2 and a
-# budget's DP plan, and for a model checkpointing one module twice; each rank's activation peak is
+# budget's DP plan (block and every:2 also non-reentrant, whose gradients reach the synchroniser's
+# hooks as they come), and for a model checkpointing one module twice; each rank's activation peak is
 # the single process's at batch b, to the byte.
 set -euo pipefail  # pipefail: a failed compare fails its pipeline
 worker="$1"
@@ -40,7 +41,7 @@ two_ranks dynamic net-dynamic 2 "$work/dyn-2.pt"
 "$worker" compare "$work/dyn-1.pt" "$work/dyn-2.pt" "$tolerance" | sed "s/^/a parameter first used in step 2: /" ||
   fail "a parameter first used in step 2: 2 ranks and 1 process differ"
 
-for how in none block every:2 budget:50%; do
+for how in none block every:2 budget:50% non-reentrant:block non-reentrant:every:2; do
   name="gpt-${how//[:%]/_}"
   two_ranks "$name" gpt 2 "$work/$name-2.pt" "$how"
   "$worker" gpt 1 "$work/$name-1.pt" "$how" > "$work/$name-single.out"

@@ -122,11 +122,16 @@ int run_gpt(int ranks, const std::string& out, const std::string& how, int64_t b
   o.warmup_steps = 1;
   o.steps = 5;
   o.threads = 1;
-  if (how.rfind("budget:", 0) == 0) {
-    o.budget = how.substr(7);
+  std::string what = how;
+  if (what.rfind("non-reentrant:", 0) == 0) {
+    o.checkpoint_mode = remat::CheckpointMode::non_reentrant;
+    what = what.substr(14);
+  }
+  if (what.rfind("budget:", 0) == 0) {
+    o.budget = what.substr(7);
     o.profile_repeats = 1;
   } else {
-    o.policy = how;
+    o.policy = what;
   }
   if (ranks > 1) o.process_group = remat::distributed::ProcessGroup::join();
   remat::train::Trainer trainer(o);

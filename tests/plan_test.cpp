@@ -90,6 +90,23 @@ TEST(Plan, JsonRoundTripKeepsNestingAndOptions) {
   plan.validate_against(chain);
 }
 
+TEST(Plan, JsonRoundTripKeepsTheCheckpointMode) {
+  Plan plan;
+  plan.granularity = "stages";
+  plan.stage_names = {"a", "b"};
+  plan.options = {"full", "full"};
+  plan.default_options = plan.options;
+  plan.items = {remat::PlanItem::checkpointed({remat::PlanItem::run(0)}), remat::PlanItem::run(1)};
+  EXPECT_EQ(Plan::from_json(plan.to_json()).mode, remat::CheckpointMode::reentrant);
+  plan.mode = remat::CheckpointMode::non_reentrant;
+  const Plan again = Plan::from_json(plan.to_json());
+  EXPECT_EQ(again.mode, remat::CheckpointMode::non_reentrant);
+  EXPECT_EQ(again.to_string(), "[a] b (non-reentrant)");
+  std::string bad = plan.to_json();
+  bad.replace(bad.find("\"non-reentrant\""), 15, "\"sideways\"");
+  REMAT_EXPECT_ERROR(Plan::from_json(bad, "p.json"), "p.json: field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\"");
+}
+
 TEST(Plan, MalformedJsonIsAClearError) {
   REMAT_EXPECT_ERROR(Plan::from_json("{not json", "p.json"), "p.json: not valid JSON");
   REMAT_EXPECT_ERROR(Plan::from_json("[]", "p.json"), "not a remat plan");

@@ -58,9 +58,10 @@ CostTable random_chain(std::mt19937& rng, int n, int max_options) {
   return t;
 }
 
-Plan template_for(const CostTable& t) {
+Plan template_for(const CostTable& t, remat::CheckpointMode mode = remat::CheckpointMode::reentrant) {
   Plan p;
   p.granularity = t.granularity;
+  p.mode = mode;
   for (const auto& s : t.stages) {
     p.stage_names.push_back(s.name);
     p.options.push_back(s.options.front().option);
@@ -91,10 +92,11 @@ std::vector<std::vector<PlanItem>> all_item_lists(int s, int t) {
 }
 
 // Brute force: least simulated time of any plan (items × options) whose simulated peak fits.
-std::vector<double> brute_force(const CostTable& t, int64_t max_budget) {
+std::vector<double> brute_force(const CostTable& t, int64_t max_budget,
+                                remat::CheckpointMode mode = remat::CheckpointMode::reentrant) {
   std::vector<double> best(max_budget + 1, kInf);
   const int n = static_cast<int>(t.stages.size());
-  Plan plan = template_for(t);
+  Plan plan = template_for(t, mode);
   const auto lists = all_item_lists(0, n - 1);
   std::function<void(int)> each_option = [&](int stage) {
     if (stage == n) {
@@ -151,6 +153,34 @@ TEST(Planner, DynamicProgramEqualsBruteForceOnRandomChainsForEveryBudget) {
       EXPECT_LE(result.prediction.peak_bytes, m);
     }
   }
+}
+
+TEST(Planner, NonReentrantPlansHoldNoParameterGradientsAndTheProgramStillEqualsBruteForce) {
+  const auto non_reentrant = remat::CheckpointMode::non_reentrant;
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 12; ++trial) {
+    const int n = 2 + trial % 5;
+    const CostTable costs = random_chain(rng, n, 2);
+    const int64_t max_budget = 70;
+    const auto expected = brute_force(costs, max_budget, non_reentrant);
+    const remat::OptimalPlanner planner(costs, template_for(costs, non_reentrant), max_budget, max_budget);
+    for (int64_t m = 0; m <= max_budget; ++m) {
+      ASSERT_EQ(planner.least_seconds(m), expected[m]) << "trial " << trial << ", budget " << m;
+      const auto result = planner.plan(m);
+      if (result.feasible) EXPECT_EQ(result.plan.mode, non_reentrant);
+    }
+  }
+  // One segment around two stages with large parameters: reentrant holds the second's gradients
+  // (100 bytes) while back-propagating the first, non-reentrant does not.
+  CostTable costs = random_chain(rng, 3, 1);
+  for (auto& stage : costs.stages) stage.parameter_bytes = 100;
+  Plan plan = template_for(costs);
+  plan.items = {PlanItem::checkpointed({PlanItem::run(0), PlanItem::run(1)}), PlanItem::run(2)};
+  const int64_t reentrant_peak = remat::simulate(plan, costs).peak_bytes;
+  plan.mode = non_reentrant;
+  const int64_t non_reentrant_peak = remat::simulate(plan, costs).peak_bytes;
+  EXPECT_GT(reentrant_peak, non_reentrant_peak);
+  EXPECT_LE(reentrant_peak - non_reentrant_peak, 100);
 }
 
 TEST(Planner, DynamicProgramEqualsBruteForceOnEightStages) {

@@ -78,16 +78,21 @@ std::string read_file(const fs::path& path) {
 
 }  // namespace
 
-TEST(Train, EveryPolicyTrainsExactlyLikeNone) {
+TEST(Train, EveryPolicyTrainsExactlyLikeNoneInBothCheckpointModes) {
   Trainer reference(small_run("none"));
   const RunOutcome none = train_steps(reference, 3);
-  for (const std::string policy : {"block", "every:2", "segments:2", "sqrt", "ffn", "attn", "ffn+attn", "selective",
-                                   "block,skip-ends", "every:3,skip-ends", "attn,skip-ends"}) {
-    SCOPED_TRACE("policy " + policy);
-    Trainer trainer(small_run(policy));
-    const RunOutcome outcome = train_steps(trainer, 3);
-    EXPECT_EQ(outcome.losses, none.losses);
-    expect_same_parameters(none, outcome);
+  for (const auto mode : {remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant}) {
+    for (const std::string policy : {"block", "every:2", "segments:2", "sqrt", "ffn", "attn", "ffn+attn", "selective",
+                                     "block,skip-ends", "every:3,skip-ends", "attn,skip-ends"}) {
+      SCOPED_TRACE("policy " + policy + ", " + remat::to_string(mode));
+      TrainOptions o = small_run(policy);
+      o.checkpoint_mode = mode;
+      Trainer trainer(o);
+      EXPECT_EQ(trainer.plan().mode, mode);
+      const RunOutcome outcome = train_steps(trainer, 3);
+      EXPECT_EQ(outcome.losses, none.losses);
+      expect_same_parameters(none, outcome);
+    }
   }
 }
 

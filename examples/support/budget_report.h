@@ -167,6 +167,47 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   return failures == 0 ? 0 : 1;
 }
 
+/// Both checkpoint modes side by side, interleaved: `block`, `every:2` and the optimal plan for
+/// `options.train_budget` (planned per mode: non-reentrant segments hold no parameter gradients),
+/// each reentrant and non-reentrant, with exact peaks, paired overheads and a bitwise check of every
+/// plan against the unchecked step.
+inline int report_modes(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
+                        const at::Tensor& x, const ReportOptions& options) {
+  int failures = 0;
+  remat::install_cpu_memory_tracker();
+  torch::nn::Sequential net = make_model();
+  remat::SequentialChain chain(net, loss_of);
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(options.profile_repeats));
+  std::vector<remat::Plan> plans = {remat::Plan::plain(chain)};
+  std::vector<std::string> names = {"none"};
+  for (const auto mode : {remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant}) {
+    for (const std::string policy : {"block", "every:2"}) {
+      plans.push_back(remat::policy_plan(policy, chain));
+      plans.back().mode = mode;
+      names.push_back(policy);
+    }
+    remat::Plan plan_template = remat::Plan::plain(chain);
+    plan_template.mode = mode;
+    plans.push_back(remat::plan_for_budget(costs, plan_template, options.train_budget).plan);
+    names.push_back("optimal " + options.train_budget);
+  }
+  std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
+  const auto measured = remat::measure_plans(chain, plans, x, options.measured_steps);
+  std::printf("%-14s %-14s %-12s %-12s %-12s %s\n", "strategy", "mode", "peak", "predicted", "overhead", "gradients");
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const remat::PlanVerification v = remat::verify_plan(chain, plans[i], x);
+    failures += v.bitwise_equal() ? 0 : 1;
+    const double overhead = i == 0 ? 0.0 : remat::paired_time_ratio(measured[i], measured[0]) - 1;
+    std::printf("%-14s %-14s %-12s %-12s %-12s %s\n", names[i].c_str(), i == 0 ? "-" : remat::to_string(plans[i].mode),
+                remat::format_bytes(measured[i].activation_peak_bytes).c_str(),
+                remat::format_bytes(remat::simulate(plans[i], costs).peak_bytes).c_str(), percent(overhead).c_str(),
+                v.bitwise_equal() ? "bitwise equal" : "DIFFER");
+  }
+  std::cout << "unchecked step " << measured[0].step_seconds << " s (median)\n";
+  std::cout << (failures == 0 ? "all checks passed" : std::to_string(failures) + " checks FAILED") << "\n";
+  return failures == 0 ? 0 : 1;
+}
+
 /// Runs an example's `run`, turning remat's errors into a message and exit status 1.
 inline int run_example(int (*run)(int, char**), int argc, char** argv) {
   try {

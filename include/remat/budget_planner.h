@@ -47,6 +47,8 @@ struct BudgetPlanOptions {
   TORCH_ARG(int, warmup) = 1;
   /// Memory grid of the dynamic program: the budget is cut into this many units.
   TORCH_ARG(int64_t, memory_slots) = 1000;
+  /// The checkpoint mode the plan will run in (the planner counts what each mode holds).
+  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
 };
 
 /// The fastest plan predicted to fit a budget, with what it was planned from.

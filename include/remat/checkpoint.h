@@ -13,6 +13,18 @@
 // `torch::autograd::grad` works, and a parameter's hooks fire once per backward.
 //
 // Under `torch::NoGradGuard`, `checkpoint` just calls `fn`.
+//
+// Two modes (CheckpointMode):
+//   reentrant      one autograd node for the whole function; its backward recomputes `fn` fully and
+//                  returns every input's and parameter's gradient at once (the above).
+//   non_reentrant  the forward runs `fn` under saved-tensor hooks that keep a handle instead of each
+//                  tensor an operation saves (only the inputs, RNG and autocast state are kept);
+//                  the backward's first unpack recomputes `fn` and stops as soon as every handle the
+//                  backward still needs is filled (an early stop, generic for any function).
+//                  Gradients flow through the forward's own graph: each parameter's gradient
+//                  accumulates when its node finishes, its hooks fire in the natural order, and
+//                  nothing is discovered by recording the forward twice. A second backward
+//                  (retain_graph) recomputes again.
 #pragma once
 
 #include <functional>
@@ -20,9 +32,29 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 #include <torch/arg.h>
 
 namespace remat {
+
+enum class CheckpointMode { reentrant, non_reentrant };
+
+/// The mode of checkpoint calls whose options name none (reentrant unless a CheckpointModeGuard
+/// says otherwise on this thread).
+CheckpointMode default_checkpoint_mode();
+
+/// Sets the default mode on this thread while alive (e.g. for a whole model of Checkpointed
+/// modules): `remat::CheckpointModeGuard mode(remat::CheckpointMode::non_reentrant);`
+class CheckpointModeGuard {
+ public:
+  explicit CheckpointModeGuard(CheckpointMode mode);
+  ~CheckpointModeGuard();
+  CheckpointModeGuard(const CheckpointModeGuard&) = delete;
+  CheckpointModeGuard& operator=(const CheckpointModeGuard&) = delete;
+
+ private:
+  CheckpointMode previous_;
+};
 
 /// Options of one `checkpoint` call; chain the setters: `CheckpointOptions().name("block3")`.
 struct CheckpointOptions {
@@ -36,6 +68,17 @@ struct CheckpointOptions {
   /// values are restored after the recompute, so the update happens once, in the forward.
   /// `Checkpointed` and `checkpoint_sequential` pass their modules' buffers here themselves.
   TORCH_ARG(std::vector<at::Tensor>, restore_after_recompute) = {};
+  /// The mode; none: default_checkpoint_mode().
+  TORCH_ARG(c10::optional<CheckpointMode>, mode) = c10::nullopt;
+
+ public:
+  /// Shorthand for mode(reentrant ? CheckpointMode::reentrant : CheckpointMode::non_reentrant).
+  CheckpointOptions& reentrant(bool on) {
+    mode_ = on ? CheckpointMode::reentrant : CheckpointMode::non_reentrant;
+    return *this;
+  }
+  /// mode(), or the thread's default where none is set.
+  CheckpointMode effective_mode() const { return mode_.value_or(default_checkpoint_mode()); }
 };
 
 using TensorFunction = std::function<at::Tensor(const at::Tensor&)>;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "remat/chain.h"
+#include "remat/checkpoint.h"
 
 namespace remat {
 
@@ -40,6 +41,10 @@ struct Plan {
   /// Each stage's default option (the chain's options[0]), which the compact form leaves out;
   /// empty when unknown (a plan file that does not record them), and then every option is shown.
   std::vector<std::string> default_options;
+  /// How its segments are checkpointed. Non-reentrant segments hold no parameter gradients in
+  /// their backward (the simulator and the planner count that) and stop their recompute early by
+  /// themselves, for any chain.
+  CheckpointMode mode = CheckpointMode::reentrant;
 
   /// Every stage run normally with its default option.
   static Plan plain(const Chain& chain);
@@ -58,6 +63,11 @@ struct Plan {
   /// How many checkpointed segments enclose each stage (its recompute count per step).
   std::vector<int64_t> recompute_depths() const;
 };
+
+/// "reentrant" or "non-reentrant", as plans and reports spell it.
+const char* to_string(CheckpointMode mode);
+/// The inverse of to_string; a clear error for anything else.
+CheckpointMode parse_checkpoint_mode(const std::string& text);
 
 /// Runs `chain` under `plan` on `input` (the model's input); returns the last stage's output.
 /// Checkpointed segments restore their stages' buffers (Chain::stage_buffers) after each

@@ -203,6 +203,7 @@ Plan to_half_granularity(const Plan& plan) {
   const int64_t layers = static_cast<int64_t>(plan.stage_names.size()) - 2;
   Plan half;
   half.granularity = "half";
+  half.mode = plan.mode;
   for (const auto& stage : gpt_stages(layers, "half")) half.stage_names.push_back(stage.name);
   half.options.assign(half.stage_names.size(), "full");
   half.default_options = half.options;

@@ -36,8 +36,10 @@ void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t bat
               ". Profile this model and batch again.");
 }
 
-BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots) {
-  return plan_for_budget(costs.half, Plan::plain(GptChainShape(costs.layers(), "half")), budget, memory_slots);
+BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots, CheckpointMode mode) {
+  Plan plan_template = Plan::plain(GptChainShape(costs.layers(), "half"));
+  plan_template.mode = mode;
+  return plan_for_budget(costs.half, plan_template, budget, memory_slots);
 }
 
 std::vector<std::string> gpt_policy_names() {

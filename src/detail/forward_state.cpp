@@ -13,18 +13,6 @@
 #include "detail/torch_version.h"
 #include "remat/error.h"
 
-// Newer LibTorch adds a pure virtual `compiled_args` to SavedVariableHooks (for torch.compile's
-// compiled autograd). Declaring its parameter types here lets one definition below override it
-// where it exists and be a harmless extra method where it does not.
-namespace torch::dynamo::autograd {
-class CompiledNodeArgs;
-struct VariableMetadata;
-}  // namespace torch::dynamo::autograd
-namespace torch::autograd {
-class SavedVariable;
-}  // namespace torch::autograd
-
-
 namespace remat::detail {
 namespace {
 
@@ -142,13 +130,14 @@ RestoreTensorsScope::~RestoreTensorsScope() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Dropping saved tensors. LibTorch asks the default autograd engine for saved-tensor hooks each
-// time an operation saves a tensor for its backward; the base engine answers none. Installing an
-// engine that answers "drop it" while a DropSavedTensorsScope is alive on this thread lets
-// checkpoint record a forward's graph (to see which parameters it reaches) at no-grad memory cost.
+// Saved-tensor hooks from C++. LibTorch asks the default autograd engine for saved-tensor hooks each
+// time an operation saves a tensor for its backward; the base engine answers none. remat installs
+// an engine that answers with the innermost SavedTensorHooksScope's hooks on this thread: "drop
+// it" lets checkpoint record a forward's graph (to see which parameters it reaches) at no-grad
+// memory cost; the non-reentrant checkpoint keeps a handle instead of the tensor.
 namespace {
 
-thread_local int drop_saved_tensors_depth = 0;
+thread_local std::vector<SavedTensorHooksScope::Factory> hook_factories;
 
 struct DroppedSavedTensor final : torch::autograd::SavedVariableHooks {
   void call_pack_hook(const at::Tensor& /*tensor*/) override {}
@@ -166,8 +155,8 @@ struct DroppedSavedTensor final : torch::autograd::SavedVariableHooks {
 
 struct RematEngine final : torch::autograd::Engine {
   std::unique_ptr<torch::autograd::SavedVariableHooks> get_default_saved_variable_hooks() override {
-    if (drop_saved_tensors_depth > 0) return std::make_unique<DroppedSavedTensor>();
-    return nullptr;
+    if (hook_factories.empty()) return nullptr;
+    return hook_factories.back()();
   }
   static torch::autograd::Engine& instance() {
     static RematEngine engine;
@@ -182,11 +171,14 @@ void install_engine_once() {
 
 }  // namespace
 
-DropSavedTensorsScope::DropSavedTensorsScope() {
+SavedTensorHooksScope::SavedTensorHooksScope(Factory make) {
   install_engine_once();
-  ++drop_saved_tensors_depth;
+  hook_factories.push_back(std::move(make));
 }
 
-DropSavedTensorsScope::~DropSavedTensorsScope() { --drop_saved_tensors_depth; }
+SavedTensorHooksScope::~SavedTensorHooksScope() { hook_factories.pop_back(); }
+
+DropSavedTensorsScope::DropSavedTensorsScope()
+    : hooks_([] { return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor()); }) {}
 
 }  // namespace remat::detail

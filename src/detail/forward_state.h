@@ -3,6 +3,7 @@
 // autograd drop saved tensors while checkpoint records a graph only to find parameters.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -10,6 +11,18 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <torch/csrc/autograd/saved_variable_hooks.h>
+
+// Newer LibTorch adds a pure virtual `compiled_args` to SavedVariableHooks (for torch.compile's
+// compiled autograd). Declaring its parameter types here lets remat's hooks define it so that it
+// overrides where it exists and is a harmless extra method where it does not.
+namespace torch::dynamo::autograd {
+class CompiledNodeArgs;
+struct VariableMetadata;
+}  // namespace torch::dynamo::autograd
+namespace torch::autograd {
+class SavedVariable;
+}  // namespace torch::autograd
 
 namespace remat::detail {
 
@@ -81,15 +94,29 @@ class RestoreTensorsScope {
   std::vector<at::Tensor> copies_;
 };
 
+/// While alive on this thread, every tensor an operation saves for its backward goes through the
+/// hooks `make` returns (LibTorch's saved-tensor hooks, from C++: remat installs an autograd engine
+/// that answers with them). Scopes nest; the innermost wins.
+class SavedTensorHooksScope {
+ public:
+  using Factory = std::function<std::unique_ptr<torch::autograd::SavedVariableHooks>()>;
+  explicit SavedTensorHooksScope(Factory make);
+  ~SavedTensorHooksScope();
+  SavedTensorHooksScope(const SavedTensorHooksScope&) = delete;
+  SavedTensorHooksScope& operator=(const SavedTensorHooksScope&) = delete;
+};
+
 /// While alive on this thread, autograd records graphs but keeps none of the tensors that
 /// operations save for their backward: recording costs what a no-grad forward costs in memory.
 /// Using such a graph for backward raises an error naming remat.
 class DropSavedTensorsScope {
  public:
   DropSavedTensorsScope();
-  ~DropSavedTensorsScope();
   DropSavedTensorsScope(const DropSavedTensorsScope&) = delete;
   DropSavedTensorsScope& operator=(const DropSavedTensorsScope&) = delete;
+
+ private:
+  SavedTensorHooksScope hooks_;
 };
 
 }  // namespace remat::detail

@@ -225,7 +225,7 @@ void add_plan_command(CLI::App& app) {
       ->group("Measurement");
   add_measure_steps_option(*plan, flags->measure_steps, "Measured interleaved steps per plan for --measure");
   plan->add_flag("--verify", flags->verify,
-                 "Run one step plain and one under each plan from the same RNG state; print max |gradient difference|")
+                 "Run one step unchecked (same stage options) and one under each plan from the same RNG state; print max |gradient difference|")
       ->group("Measurement");
   plan->add_option("--save-plan", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")
       ->group("Output");

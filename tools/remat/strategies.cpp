@@ -55,26 +55,34 @@ std::vector<std::string> runnable_policies(const StrategyFlags& flags, int64_t l
 }  // namespace
 
 std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, const std::vector<std::string>& policies,
-                                      const std::vector<std::string>& budgets, int64_t slots) {
+                                      const std::vector<std::string>& budgets, int64_t slots,
+                                      const std::vector<CheckpointMode>& modes) {
   std::vector<Strategy> strategies;
-  for (const auto& policy : policies) {
-    Strategy s;
-    s.name = policy;
-    s.plan = models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
-    if (costs != nullptr) s.prediction = costs->predict(s.plan);
-    strategies.push_back(std::move(s));
-  }
-  for (const auto& text : budgets) {
-    REMAT_CHECK(costs != nullptr, "planning for a budget needs a profile.");
-    Strategy s;
-    s.name = "optimal " + text;
-    s.planner = true;
-    s.budget_text = text;
-    const BudgetPlan choice = models::gpt_plan_for_budget(*costs, text, slots);
-    s.budget_bytes = choice.budget_bytes;
-    s.plan = choice.plan;
-    s.prediction = choice.prediction;
-    strategies.push_back(std::move(s));
+  for (const CheckpointMode mode : modes) {
+    const std::string suffix = mode == CheckpointMode::reentrant ? "" : std::string(" (") + to_string(mode) + ")";
+    for (const auto& policy : policies) {
+      Strategy s;
+      s.name = policy + suffix;
+      s.plan = models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
+      if (s.plan.recompute_depths() == std::vector<int64_t>(s.plan.stage_names.size(), 0) && mode != modes.front()) {
+        continue;  // no checkpoint: the same run in every mode
+      }
+      s.plan.mode = mode;
+      if (costs != nullptr) s.prediction = costs->predict(s.plan);
+      strategies.push_back(std::move(s));
+    }
+    for (const auto& text : budgets) {
+      REMAT_CHECK(costs != nullptr, "planning for a budget needs a profile.");
+      Strategy s;
+      s.name = "optimal " + text + suffix;
+      s.planner = true;
+      s.budget_text = text;
+      const BudgetPlan choice = models::gpt_plan_for_budget(*costs, text, slots, mode);
+      s.budget_bytes = choice.budget_bytes;
+      s.plan = choice.plan;
+      s.prediction = choice.prediction;
+      strategies.push_back(std::move(s));
+    }
   }
   return strategies;
 }
@@ -110,7 +118,8 @@ CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
   flags.model.apply_preset();
   flags.model.options.model.validate();
   CheckedStrategies checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers),
-                            budget_list(flags.budgets)};
+                            budget_list(flags.budgets), {}};
+  for (const auto& mode : flags.checkpoint_modes) checked.modes.push_back(parse_checkpoint_mode(mode));
   REMAT_CHECK(!checked.policies.empty() || !checked.budgets.empty(), "nothing to run: give --policies or --budget.");
   return checked;
 }
@@ -120,6 +129,9 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
   command.add_option("--policies", flags.policies, "Manual policies to run (see `remat policies`), space-separated")
       ->capture_default_str()->group("Planning");
   add_budget_option(command, flags.budgets, budget_help, /*old_plural=*/true)->capture_default_str();
+  command.add_option("--checkpoint-mode", flags.checkpoint_modes,
+                     "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant")
+      ->capture_default_str()->delimiter(',')->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
   command.add_option("--profile", flags.profile_file,
                      "Plan from this profile (`remat profile --save-profile`) instead of profiling")->group("Planning");
   command.add_option("--repeats", flags.repeats, "Profiling runs per stage (the median is kept)")

@@ -26,6 +26,7 @@ struct StrategyFlags {
   bool no_plots = false;
   bool json = false;
   bool default_policies = true;  ///< --policies not given: drop the defaults that do not apply to this depth
+  std::vector<std::string> checkpoint_modes = {"reentrant"};  ///< each strategy runs in each of these
 };
 
 struct Strategy {
@@ -46,15 +47,19 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
 struct CheckedStrategies {
   std::filesystem::path out;
   std::vector<std::string> policies, budgets;
+  std::vector<CheckpointMode> modes;
 };
 CheckedStrategies check_strategy_flags(StrategyFlags& flags);
 
 /// The profile of the flags' model: from --profile, or measured.
 ModelCosts strategy_costs(const StrategyFlags& flags);
 
-/// The policies' plans, then the optimal plan per budget (`costs` needed only with budgets).
+/// The policies' plans, then the optimal plan per budget (`costs` needed only with budgets), in
+/// each mode; a non-reentrant strategy's name ends " (non-reentrant)", and a plan without
+/// checkpoints runs once.
 std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, const std::vector<std::string>& policies,
-                                      const std::vector<std::string>& budgets, int64_t slots);
+                                      const std::vector<std::string>& budgets, int64_t slots,
+                                      const std::vector<CheckpointMode>& modes = {CheckpointMode::reentrant});
 
 /// One step of each named strategy recorded at every allocation and free.
 std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,

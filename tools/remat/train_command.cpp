@@ -22,6 +22,7 @@ namespace remat::cli {
 namespace {
 
 struct TrainFlags {
+  std::string checkpoint_mode = "reentrant";
   ModelFlags model;
   std::vector<std::string> budgets;
   bool verify = false;
@@ -73,6 +74,7 @@ void run_train(TrainFlags& flags) {
   REMAT_CHECK(flags.budgets.size() <= 1, "--budget: train runs under one plan; give one budget, not ",
               flags.budgets.size(), " (`remat plan --budget` compares several).");
   if (!flags.budgets.empty()) options.budget = flags.budgets.front();
+  options.checkpoint_mode = parse_checkpoint_mode(flags.checkpoint_mode);
   REMAT_CHECK(flags.bucket_mib > 0, "--bucket-mib must be positive, got ", flags.bucket_mib, ".");
   if (flags.nproc > 1 && !distributed::launched_by_environment()) {
     // This process launches the ranks (each this same command line) and waits for them.
@@ -217,6 +219,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--policy", o.policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Planning");
   cmd->add_option("--plan", o.plan_file, "A plan saved by `remat plan --save-plan`; overrides --policy")->group("Planning");
   add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget; overrides --policy");
+  cmd->add_option("--checkpoint-mode", flags->checkpoint_mode,
+                  "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)")
+      ->capture_default_str()->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");
   add_old_spelling(*cmd, "--save", "--save-state", o.save_dir);
   cmd->add_option("--save-every", o.save_every, "Also save every this many global steps (0: only at the end); needs --save-state")
@@ -228,8 +233,8 @@ void add_train_command(CLI::App& app) {
   add_measure_steps_option(*cmd, flags->measure_steps, "Measured interleaved steps per plan for --compare");
   add_old_spelling(*cmd, "--compare-steps", "--measure-steps", flags->measure_steps);
   cmd->add_flag("--verify", flags->verify,
-                "Before training, run one step plain and one under the plan from the same RNG state and print "
-                "the largest gradient difference (0 on CPU)")
+                "Before training, run one step unchecked (same stage options) and one under the plan from the same "
+                "RNG state and print the largest gradient difference (0 on CPU)")
       ->group("Measurement");
   cmd->add_option("--sample", flags->sample_bytes, "Bytes of generated text to show at the end (0: none)")->capture_default_str()
       ->check(CLI::Range(0, 100000))->group("Output");

@@ -69,7 +69,8 @@ void check_fits_in_memory(const TrainOptions& o, const std::string& granularity,
   if (plan) plan->validate_against(shape);  // before costing it: a plan for another chain is its own error
   double activations = 0;
   if (o.budget.empty()) {
-    const Plan p = plan ? *plan : models::gpt_policy_plan(o.policy, shape);
+    Plan p = plan ? *plan : models::gpt_policy_plan(o.policy, shape);
+    if (!plan) p.mode = o.checkpoint_mode;
     activations = static_cast<double>(simulate(models::to_half_granularity(p), costs).peak_bytes);
   } else {
     // A plan for the budget keeps at most the budget, and never more than the unchecked plan.
@@ -164,7 +165,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);
     const auto [tokens, targets] = first.next();
     const models::GptCosts costs = models::profile_gpt(model_, tokens, targets, options_.profile_repeats);
-    budget_plan_ = models::gpt_plan_for_budget(costs, options_.budget, options_.memory_slots);
+    budget_plan_ = models::gpt_plan_for_budget(costs, options_.budget, options_.memory_slots, options_.checkpoint_mode);
     plan_ = budget_plan_->plan;
     plan_source_ = "optimal for budget " + options_.budget + " = " + format_bytes(budget_plan_->budget_bytes) +
                    ", predicted peak " + format_bytes(budget_plan_->prediction.peak_bytes) + ", overhead " +
@@ -172,6 +173,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     if (world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
   } else {
     plan_ = models::gpt_policy_plan(options_.policy, *chain_);
+    plan_.mode = options_.checkpoint_mode;
     plan_source_ = "policy " + options_.policy;
   }
   plan_.bind_to(*chain_);

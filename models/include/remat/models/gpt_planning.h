@@ -32,7 +32,8 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source);
 
 /// The optimal plan (half-block chain) for `budget`; throws naming the least feasible budget.
-BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots = 1000);
+BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots = 1000,
+                               CheckpointMode mode = CheckpointMode::reentrant);
 
 /// The GPT's policies worth comparing, generic and its own, without ",skip-ends" (the one list:
 /// planners' comparisons and `remat bench`'s defaults derive from it).

@@ -35,6 +35,8 @@ struct TrainOptions {
   std::string budget;           ///< plan for this activation budget (Budget's forms: "50%", "512MiB")
   int profile_repeats = 3;      ///< profiling runs per stage, when planning for `budget`
   int64_t memory_slots = 1000;  ///< the planner's memory grid, when planning for `budget`
+  /// How a policy's or a budget's plan checkpoints (a plan file's own mode is kept).
+  CheckpointMode checkpoint_mode = CheckpointMode::reentrant;
   int threads = 2;
   uint64_t seed = 0;
   std::string data_file;                            ///< empty: the default corpus
