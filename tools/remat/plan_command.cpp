@@ -35,6 +35,7 @@ struct PlanFlags {
   bool measure = false;
   int measure_steps = 3;
   bool verify = false;
+  std::string checkpoint_mode = "reentrant";
 };
 
 // `--verify`: one step plain and one under `plan` from the same RNG state, on the sample batch.
@@ -51,7 +52,8 @@ void run_policy_plan(PlanFlags& flags) {
   const std::string policy = flags.policy.empty() ? "block" : flags.policy;
   const std::string granularity = models::gpt_policy_granularity(policy);
   models::GptChainShape chain(config.layers, granularity);
-  const Plan plan = models::gpt_policy_plan(policy, chain);
+  Plan plan = models::gpt_policy_plan(policy, chain);
+  plan.mode = parse_checkpoint_mode(flags.checkpoint_mode);
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
@@ -96,7 +98,7 @@ void run_budget_plan(PlanFlags& flags) {
   for (const auto& text : budgets) {
     BudgetResult r{text, 0, {}, {}, -1, 0};
     const auto start = std::chrono::steady_clock::now();
-    r.optimal = models::gpt_plan_for_budget(costs, text, flags.slots);
+    r.optimal = models::gpt_plan_for_budget(costs, text, flags.slots, parse_checkpoint_mode(flags.checkpoint_mode));
     r.bytes = r.optimal.budget_bytes;
     r.least = r.optimal.min_feasible_budget_bytes;
     r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -219,6 +221,9 @@ void add_plan_command(CLI::App& app) {
       ->group("Planning");
   plan->add_option("--repeats", flags->repeats, "Profiling runs per stage (the median is kept)")
       ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+  plan->add_option("--checkpoint-mode", flags->checkpoint_mode,
+                   "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)")
+      ->capture_default_str()->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
   plan->add_option("--slots", flags->slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
       ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
   plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")
