@@ -25,9 +25,28 @@ class CountingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Counting);
 
+// Every test runs in both checkpoint modes (the guard sets the default the wrappers use).
+class ModeSuite : public ::testing::TestWithParam<remat::CheckpointMode> {
+ private:
+  remat::CheckpointModeGuard mode_{GetParam()};
+};
+class Checkpointed : public ModeSuite {};
+class CheckpointSequential : public ModeSuite {};
+
+std::string mode_name(const ::testing::TestParamInfo<remat::CheckpointMode>& info) {
+  return info.param == remat::CheckpointMode::reentrant ? "reentrant" : "non_reentrant";
+}
+
 }  // namespace
 
-TEST(Checkpointed, KeepsTheWrappedModulesParameterAndBufferNames) {
+INSTANTIATE_TEST_SUITE_P(Modes, Checkpointed,
+                         ::testing::Values(remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant),
+                         mode_name);
+INSTANTIATE_TEST_SUITE_P(Modes, CheckpointSequential,
+                         ::testing::Values(remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant),
+                         mode_name);
+
+TEST_P(Checkpointed, KeepsTheWrappedModulesParameterAndBufferNames) {
   torch::nn::Sequential plain(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8), torch::nn::Linear(8, 2));
   remat::Checkpointed wrapped(plain);
   EXPECT_EQ(plain->named_parameters().keys(), wrapped->named_parameters().keys());
@@ -38,7 +57,7 @@ TEST(Checkpointed, KeepsTheWrappedModulesParameterAndBufferNames) {
   EXPECT_EQ(layer->named_parameters().keys(), wrapped_layer->named_parameters().keys());
 }
 
-TEST(Checkpointed, StateSavedFromThePlainModuleLoadsIntoTheWrappedOneAndBack) {
+TEST_P(Checkpointed, StateSavedFromThePlainModuleLoadsIntoTheWrappedOneAndBack) {
   torch::manual_seed(1);
   remat::models::ResidualLayer source(8, 0.1);
   torch::manual_seed(2);
@@ -62,7 +81,7 @@ TEST(Checkpointed, StateSavedFromThePlainModuleLoadsIntoTheWrappedOneAndBack) {
   }
 }
 
-TEST(Checkpointed, GradientsEqualThePlainModuleAndCanBeSwitchedOff) {
+TEST_P(Checkpointed, GradientsEqualThePlainModuleAndCanBeSwitchedOff) {
   torch::manual_seed(0);
   remat::models::ResidualLayer layer(16, 0.2);
   Counting counting(16);
@@ -86,7 +105,7 @@ TEST(Checkpointed, GradientsEqualThePlainModuleAndCanBeSwitchedOff) {
   EXPECT_EQ(counting->calls, 4) << "disabled: no recompute";
 }
 
-TEST(Checkpointed, TrainAndEvalReachTheWrappedModule) {
+TEST_P(Checkpointed, TrainAndEvalReachTheWrappedModule) {
   remat::models::ResidualLayer layer(4, 0.5);
   remat::Checkpointed wrapped(layer);
   wrapped->eval();
@@ -95,7 +114,7 @@ TEST(Checkpointed, TrainAndEvalReachTheWrappedModule) {
   EXPECT_TRUE(layer->is_training());
 }
 
-TEST(Checkpointed, BatchNormRunningStatisticsUpdateOnce) {
+TEST_P(Checkpointed, BatchNormRunningStatisticsUpdateOnce) {
   torch::manual_seed(0);
   torch::nn::BatchNorm1d plain_bn(4), wrapped_bn(4);
   remat::Checkpointed wrapped(wrapped_bn);
@@ -107,7 +126,7 @@ TEST(Checkpointed, BatchNormRunningStatisticsUpdateOnce) {
   EXPECT_EQ(wrapped_bn->num_batches_tracked.item<int64_t>(), 1);
 }
 
-TEST(CheckpointSequential, FollowsPyTorchSegmentSemantics) {
+TEST_P(CheckpointSequential, FollowsPyTorchSegmentSemantics) {
   // 7 modules, 3 segments: size ⌊7/3⌋ = 2; modules 0-1 and 2-3 checkpointed, 4-6 plain.
   torch::nn::Sequential seq;
   std::vector<Counting> modules;
@@ -122,7 +141,7 @@ TEST(CheckpointSequential, FollowsPyTorchSegmentSemantics) {
   EXPECT_EQ(calls, (std::vector<int>{2, 2, 2, 2, 1, 1, 1}));
 }
 
-TEST(CheckpointSequential, OneSegmentCheckpointsNothingAndGradientsMatchForEverySegmentCount) {
+TEST_P(CheckpointSequential, OneSegmentCheckpointsNothingAndGradientsMatchForEverySegmentCount) {
   torch::manual_seed(0);
   torch::nn::Sequential seq;
   for (int i = 0; i < 5; ++i) seq->push_back(remat::models::ResidualLayer(8, 0.3));
@@ -145,7 +164,7 @@ TEST(CheckpointSequential, OneSegmentCheckpointsNothingAndGradientsMatchForEvery
   }
 }
 
-TEST(CheckpointSequential, RejectsSegmentCountsOutsideOneToN) {
+TEST_P(CheckpointSequential, RejectsSegmentCountsOutsideOneToN) {
   torch::nn::Sequential seq(torch::nn::Linear(2, 2), torch::nn::Linear(2, 2));
   at::Tensor x = torch::randn({1, 2});
   for (int64_t bad : {0, -1, 3}) {
