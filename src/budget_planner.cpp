@@ -67,8 +67,8 @@ BudgetPlan plan_for_budget(const CostTable& costs, const Plan& plan_template, co
 
 BudgetPlan plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options) {
-  const CostTable costs =
-      profile_chain(chain, sample_input, ProfileOptions().repeats(options.repeats()).warmup(options.warmup()));
+  const CostTable costs = profile_chain(
+      chain, sample_input, ProfileOptions().repeats(options.repeats()).warmup(options.warmup()).mode(options.mode()));
   Plan plan_template = Plan::plain(chain);
   plan_template.mode = options.mode();
   return plan_for_budget(costs, plan_template, budget, options.memory_slots());

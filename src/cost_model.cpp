@@ -201,7 +201,13 @@ std::string CostTable::to_table() const {
     return s.str();
   };
   os << "costs (" << source << "), sizes in MiB, times in ms\n";
-  os << std::left << std::setw(10) << "stage" << std::setw(15) << "option" << std::right << std::setw(9) << "output"
+  size_t name_width = 10, option_width = 15;  // widened for longer names, so columns stay apart
+  for (const auto& s : stages) {
+    name_width = std::max(name_width, s.name.size() + 1);
+    for (const auto& o : s.options) option_width = std::max(option_width, o.option.size() + 1);
+  }
+  const int nw = static_cast<int>(name_width), ow = static_cast<int>(option_width);
+  os << std::left << std::setw(nw) << "stage" << std::setw(ow) << "option" << std::right << std::setw(9) << "output"
      << std::setw(9) << "kept" << std::setw(9) << "fwd+" << std::setw(9) << "bwd+" << std::setw(9) << "nograd+"
      << std::setw(9) << "fwd ms" << std::setw(9) << "bwd ms" << std::setw(10) << "nograd ms" << std::setw(9)
      << "end fwd" << std::setw(9) << "end kept" << "\n";
@@ -209,7 +215,7 @@ std::string CostTable::to_table() const {
   for (const auto& s : stages) {
     for (size_t i = 0; i < s.options.size(); ++i) {
       const auto& o = s.options[i];
-      os << std::left << std::setw(10) << (i == 0 ? s.name : "") << std::setw(15) << o.option << std::right
+      os << std::left << std::setw(nw) << (i == 0 ? s.name : "") << std::setw(ow) << o.option << std::right
          << std::setw(9) << (i == 0 ? mib(s.output_bytes) : "") << std::setw(9) << mib(o.kept_bytes) << std::setw(9)
          << mib(o.forward_extra_bytes) << std::setw(9) << mib(o.backward_extra_bytes) << std::setw(9)
          << (i == 0 ? mib(s.nograd_extra_bytes) : "") << std::setw(9) << ms(o.forward_seconds) << std::setw(9)

@@ -11,6 +11,7 @@
 #include <ATen/ops/mul.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include "detail/chain_state.h"
 #include "detail/cuda_memory.h"
@@ -38,6 +39,42 @@ at::Tensor stage_input(const at::Tensor& activation, bool first) {
   at::Tensor x = activation.detach();
   if (!first && at::isFloatingType(x.scalar_type())) x.requires_grad_(true);
   return x;
+}
+
+// The generic early stop of a non-reentrant recompute, on one stage: saved tensors are kept (as the
+// recompute hands them to the backward) and the forward is abandoned at the last of them.
+struct StopAtLastSaved {};
+struct KeepUntilLast final : torch::autograd::SavedVariableHooks {
+  KeepUntilLast(std::vector<at::Tensor>& kept, size_t last) : kept_(kept), last_(last) {}
+  void call_pack_hook(const at::Tensor& tensor) override {
+    if (last_ == 0) return;  // counting only
+    kept_.push_back(tensor.detach());
+    if (kept_.size() == last_) throw StopAtLastSaved{};
+  }
+  at::Tensor call_unpack_hook() override {
+    TORCH_CHECK(false, "remat: internal error: backward reached a profiled early-stop forward.");
+  }
+  virtual void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/,
+                             const torch::autograd::SavedVariable& /*saved*/,
+                             const std::shared_ptr<torch::dynamo::autograd::VariableMetadata>& /*meta*/) {
+    TORCH_CHECK(false, "remat: compiled autograd cannot trace the profiler");
+  }
+
+ private:
+  std::vector<at::Tensor>& kept_;
+  size_t last_;
+};
+
+// How many tensors a stage's forward saves for its backward.
+size_t saved_tensor_count(Chain& chain, int64_t i, const at::Tensor& x, const std::string& option) {
+  size_t count = 0;
+  std::vector<at::Tensor> unused;
+  detail::SavedTensorHooksScope hooks([&] {
+    ++count;
+    return std::make_unique<KeepUntilLast>(unused, 0);
+  });
+  chain.forward_stage(i, x, option);
+  return count;
 }
 
 // Stages with one signature (Chain::stage_signature) and the same sizes get one time per measure:
@@ -105,7 +142,8 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     table.segment_bytes = std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
   }
   table.source = "profiled on " + device.str() + ": median of " + std::to_string(options.repeats()) + " runs, " +
-                 std::to_string(at::get_num_threads()) + " threads";
+                 std::to_string(at::get_num_threads()) + " threads" +
+                 (options.mode() == CheckpointMode::non_reentrant ? ", segment ends: non-reentrant early stop" : "");
   for (int64_t i = 0; i < n; ++i) {
     const StageInfo& info = chain.stages()[i];
     StageCost cost;
@@ -120,11 +158,42 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     std::vector<std::array<std::vector<double>, 2>> forward_times(info.options.size()), backward_times(info.options.size());
     cost.options.resize(info.options.size());
     for (size_t o = 0; o < info.options.size(); ++o) cost.options[o].option = info.options[o];
+    const bool generic_stop = options.mode() == CheckpointMode::non_reentrant;
+    std::vector<size_t> saved_counts(info.options.size(), 0);
+    if (generic_stop) {
+      for (size_t o = 0; o < info.options.size(); ++o) {
+        saved_counts[o] = saved_tensor_count(chain, i, stage_input(activations[i], i == 0), info.options[o]);
+      }
+    }
     for (int r = -options.warmup(); r < options.repeats(); ++r) {
       for (size_t o = 0; o < info.options.size(); ++o) {
         for (int graph_only = 0; graph_only < 2; ++graph_only) {
           StageRunCost& rc = runs[o][graph_only];
           at::Tensor x = stage_input(activations[i], i == 0);
+          if (graph_only && generic_stop) {
+            // The stage's forward until its last saved tensor; its backward is the plain one's.
+            detail::synchronize_if_cuda(device);
+            const int64_t before = memory_stats(device).current_bytes;
+            reset_peak_memory(device);
+            const auto start = Clock::now();
+            std::vector<at::Tensor> kept;
+            if (saved_counts[o] > 0) {
+              detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved_counts[o]); });
+              try {
+                chain.forward_stage(i, x, info.options[o]);
+              } catch (const StopAtLastSaved&) {
+              }
+            }
+            const double forward_seconds = saved_counts[o] > 0 ? seconds_since(start, device) : 0.0;
+            const auto after = memory_stats(device);
+            if (r < 0) continue;
+            forward_times[o][1].push_back(forward_seconds);
+            backward_times[o][1].push_back(backward_times[o][0].back());
+            rc.kept_bytes = std::max(rc.kept_bytes, after.current_bytes - before);
+            rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after.peak_bytes - after.current_bytes);
+            rc.backward_extra_bytes = runs[o][0].backward_extra_bytes;
+            continue;
+          }
           // Recording forward.
           detail::synchronize_if_cuda(device);
           const int64_t before = memory_stats(device).current_bytes;
@@ -188,6 +257,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
         rc.forward_extra_bytes = std::max<int64_t>(rc.forward_extra_bytes, 0);
         rc.backward_extra_bytes = std::max<int64_t>(rc.backward_extra_bytes, 0);
       }
+      if (generic_stop) runs[o][1].backward_extra_bytes = runs[o][0].backward_extra_bytes;
       static_cast<StageRunCost&>(cost.options[o]) = runs[o][0];
       cost.options[o].graph_only = runs[o][1];
     }

@@ -332,3 +332,25 @@ TEST(PlanMeasurement, PairedRatiosCancelDriftBetweenRounds) {
   REMAT_EXPECT_ERROR(remat::paired_time_ratio(plans[0], measured({1.0}, 1)), "same interleaved rounds (5 and 1 steps)");
   REMAT_EXPECT_ERROR(remat::fastest_fitting(plans, {7}, 60, 0), "candidate 7 is not one of the 4 measurements");
 }
+
+TEST(SequentialChain, NonReentrantProfilesCostTheGenericEarlyStopAtSegmentEnds) {
+  // Stage a saves tanh's output, then computes two more tensors nothing saves: a non-reentrant
+  // recompute ending there stops after tanh and keeps only its output, not the stage's output.
+  torch::manual_seed(0);
+  nn::Linear a(16, 16), b(16, 16);
+  std::vector<remat::SequentialStage> stages = {
+      {"a", [a](const at::Tensor& x, const std::string&) mutable { return a(x).tanh() * 3 + 1; }, {a.ptr()}},
+      {"b", [b](const at::Tensor& x, const std::string&) mutable { return torch::tanh(b(x)); }, {b.ptr()}}};
+  remat::SequentialChain chain(std::move(stages), [](const at::Tensor& out) { return out.pow(2).mean(); });
+  const at::Tensor x = torch::randn({64, 16});
+  const int64_t activation = 64 * 16 * 4;
+  const remat::CostTable reentrant = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
+  const remat::CostTable stopped =
+      remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1).mode(remat::CheckpointMode::non_reentrant));
+  EXPECT_EQ(reentrant.stages[0].options[0].kept_bytes, 2 * activation) << "tanh's output and the stage's output";
+  EXPECT_EQ(reentrant.stages[0].options[0].at_segment_end().kept_bytes, 2 * activation) << "no graph-only stage";
+  EXPECT_EQ(stopped.stages[0].options[0].kept_bytes, 2 * activation);
+  EXPECT_EQ(stopped.stages[0].options[0].at_segment_end().kept_bytes, activation) << "stopped after tanh";
+  EXPECT_EQ(stopped.stages[1].options[0].at_segment_end().kept_bytes, activation) << "b ends with what it saves";
+  EXPECT_NE(stopped.source.find("non-reentrant early stop"), std::string::npos);
+}

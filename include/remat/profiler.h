@@ -5,7 +5,8 @@
 //
 // Each stage runs on its real input (the previous stages' output) with each of its options: a
 // recording forward and a backward, both again graph-only (as the last stage of a recomputed
-// segment runs: Chain::forward_stage_graph_only), and a forward as a checkpointed segment runs it
+// segment runs: Chain::forward_stage_graph_only, or for non-reentrant plans the forward stopped at
+// its last saved tensor), and a forward as a checkpointed segment runs it
 // (graph recorded, saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
 // times are medians of `repeats` runs after `warmup` runs. Parameter gradients are allocated by
 // the warm-up, as they are in training after the first step. Gradients, buffers and RNG streams are
@@ -17,6 +18,7 @@
 #include <torch/arg.h>
 
 #include "remat/chain.h"
+#include "remat/checkpoint.h"
 #include "remat/cost_model.h"
 
 namespace remat {
@@ -26,6 +28,10 @@ struct ProfileOptions {
   TORCH_ARG(int, repeats) = 3;
   /// Unmeasured runs first (allocations, caches).
   TORCH_ARG(int, warmup) = 1;
+  /// The checkpoint mode the segment-end ("graph-only") costs are for. Reentrant: the stage's
+  /// Chain::forward_stage_graph_only. Non-reentrant: the generic early stop, measured for any chain
+  /// as the stage's forward stopped at its last saved tensor (the backward is the plain one's).
+  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
 };
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options = {});

@@ -11,10 +11,10 @@ Prediction GptCosts::predict(const Plan& plan) const { return simulate(to_half_g
 
 Prediction GptCosts::unchecked() const { return simulate(Plan::plain(GptChainShape(layers(), "half")), half); }
 
-GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats) {
+GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats, CheckpointMode mode) {
   GptChain chain(std::move(model), "half");
   chain.set_targets(targets);
-  return GptCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats))};
+  return GptCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats).mode(mode))};
 }
 
 GptCosts gpt_costs_from_json(const std::string& text, const std::string& source) {

@@ -68,7 +68,8 @@ void run_policy_plan(PlanFlags& flags) {
 }
 
 void run_budget_plan(PlanFlags& flags) {
-  const auto& options = flags.model.options;
+  auto& options = flags.model.options;
+  options.checkpoint_mode = parse_checkpoint_mode(flags.checkpoint_mode);  // what the profile costs
   options.model.validate();
   const std::vector<std::string> budgets = budget_list(flags.budgets);
   REMAT_CHECK(!budgets.empty(), "--budget: give at least one budget, as in --budget 50% or --budget 200MiB.");

@@ -38,7 +38,7 @@ SeededStep seeded_step(SampleModel& sample, Chain& chain, const Plan& plan, uint
 
 ModelCosts profile_model(const train::TrainOptions& options, int repeats) {
   const SampleModel sample = make_sample_model(options);
-  return models::profile_gpt(sample.model, sample.tokens, sample.targets, repeats);
+  return models::profile_gpt(sample.model, sample.tokens, sample.targets, repeats, options.checkpoint_mode);
 }
 
 void save_profile(const ModelCosts& costs, const std::string& path) {

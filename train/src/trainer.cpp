@@ -164,7 +164,8 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     // profiling leaves the model, its gradients and the RNG as they were.
     BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);
     const auto [tokens, targets] = first.next();
-    const models::GptCosts costs = models::profile_gpt(model_, tokens, targets, options_.profile_repeats);
+    const models::GptCosts costs =
+        models::profile_gpt(model_, tokens, targets, options_.profile_repeats, options_.checkpoint_mode);
     budget_plan_ = models::gpt_plan_for_budget(costs, options_.budget, options_.memory_slots, options_.checkpoint_mode);
     plan_ = budget_plan_->plan;
     plan_source_ = "optimal for budget " + options_.budget + " = " + format_bytes(budget_plan_->budget_bytes) +

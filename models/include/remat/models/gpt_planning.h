@@ -21,7 +21,8 @@ struct GptCosts {
 };
 
 /// Profiles `model` (half-block chain) on one batch.
-GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats);
+GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats,
+                     CheckpointMode mode = CheckpointMode::reentrant);
 
 /// A cost table's JSON (CostTable::to_json of a half-block GPT profile), checked to be one;
 /// `source` names it in errors.
