@@ -20,7 +20,7 @@ inline uint64_t keep_threshold(double p) {
 /// Calls keep(i, kept) for the elements first .. first + n - 1 of the stream, in order.
 template <typename Keep>
 inline void for_each_keep(uint64_t seed, uint64_t first, int64_t n, uint64_t threshold, Keep&& keep) {
-  at::Philox4_32 engine(seed, /*subsequence=*/0, /*offset=*/first / 4);
+  at::philox_engine engine(seed, /*subsequence=*/0, /*offset=*/first / 4);
   for (uint64_t skip = first % 4; skip > 0; --skip) engine();
   for (int64_t i = 0; i < n; ++i) keep(i, engine() >= threshold);
 }
