@@ -1,5 +1,6 @@
 #include "remat/checkpoint.h"
 
+#include <ostream>
 #include <sstream>
 #include <unordered_set>
 
@@ -322,8 +323,9 @@ struct Frame : std::enable_shared_from_this<Frame> {
 };
 
 // A forward's saved tensor: only its place in the frame.
-struct Handle final : torch::autograd::SavedVariableHooks {
-  Handle(std::shared_ptr<Frame> frame) : frame_(std::move(frame)), index_(frame_->packed.size()) {
+struct Handle final : detail::SavedTensorHooks {
+  explicit Handle(std::shared_ptr<Frame> frame)
+      : SavedTensorHooks("a non-reentrant checkpoint"), frame_(std::move(frame)), index_(frame_->packed.size()) {
     frame_->packed.emplace_back();
     frame_->alive.push_back(true);
     frame_->recomputed.emplace_back();
@@ -337,11 +339,6 @@ struct Handle final : torch::autograd::SavedVariableHooks {
     if (!frame_->recomputed[index_].defined()) frame_->recompute();
     return std::exchange(frame_->recomputed[index_], at::Tensor());
   }
-  virtual void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/,
-                             const torch::autograd::SavedVariable& /*saved*/,
-                             const std::shared_ptr<torch::dynamo::autograd::VariableMetadata>& /*meta*/) {
-    TORCH_CHECK(false, "remat: compiled autograd cannot trace a non-reentrant checkpoint");
-  }
 
  private:
   std::shared_ptr<Frame> frame_;
@@ -349,8 +346,8 @@ struct Handle final : torch::autograd::SavedVariableHooks {
 };
 
 // A recompute's saved tensor: checked against the forward's and handed to the handle.
-struct RecomputeSaver final : torch::autograd::SavedVariableHooks {
-  explicit RecomputeSaver(Frame* frame) : frame_(frame) {}
+struct RecomputeSaver final : detail::SavedTensorHooks {
+  explicit RecomputeSaver(Frame* frame) : SavedTensorHooks("a non-reentrant checkpoint"), frame_(frame) {}
   void call_pack_hook(const at::Tensor& tensor) override {
     const size_t i = frame_->recompute_next++;
     const std::string& name = frame_->options.name();
@@ -366,11 +363,6 @@ struct RecomputeSaver final : torch::autograd::SavedVariableHooks {
   }
   at::Tensor call_unpack_hook() override {
     TORCH_CHECK(false, "remat: internal error: backward reached a non-reentrant checkpoint's recompute graph.");
-  }
-  virtual void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/,
-                             const torch::autograd::SavedVariable& /*saved*/,
-                             const std::shared_ptr<torch::dynamo::autograd::VariableMetadata>& /*meta*/) {
-    TORCH_CHECK(false, "remat: compiled autograd cannot trace a non-reentrant checkpoint");
   }
 
  private:
@@ -437,6 +429,19 @@ thread_local CheckpointMode default_mode = CheckpointMode::reentrant;
 }  // namespace
 
 CheckpointMode default_checkpoint_mode() { return default_mode; }
+
+const char* to_string(CheckpointMode mode) {
+  return mode == CheckpointMode::reentrant ? "reentrant" : "non-reentrant";
+}
+
+std::ostream& operator<<(std::ostream& out, CheckpointMode mode) { return out << to_string(mode); }
+
+CheckpointMode parse_checkpoint_mode(const std::string& text) {
+  if (text == "reentrant") return CheckpointMode::reentrant;
+  if (text == "non-reentrant") return CheckpointMode::non_reentrant;
+  REMAT_CHECK(false, "unknown checkpoint mode '", text, "'; use reentrant or non-reentrant.");
+  return CheckpointMode::reentrant;
+}
 
 CheckpointModeGuard::CheckpointModeGuard(CheckpointMode mode) : previous_(default_mode) { default_mode = mode; }
 

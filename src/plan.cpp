@@ -164,17 +164,6 @@ std::string Plan::to_string() const {
   return out;
 }
 
-const char* to_string(CheckpointMode mode) {
-  return mode == CheckpointMode::reentrant ? "reentrant" : "non-reentrant";
-}
-
-CheckpointMode parse_checkpoint_mode(const std::string& text) {
-  if (text == "reentrant") return CheckpointMode::reentrant;
-  if (text == "non-reentrant") return CheckpointMode::non_reentrant;
-  REMAT_CHECK(false, "unknown checkpoint mode '", text, "'; use reentrant or non-reentrant.");
-  return CheckpointMode::reentrant;
-}
-
 std::string Plan::to_json() const {
   nlohmann::json j = {{"format", "remat-plan"}, {"version", 1}, {"granularity", granularity},
                       {"stages", stage_names}, {"options", options}, {"plan", items_to_json(*this, items)}};
@@ -224,9 +213,13 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   }
   if (j.contains("checkpoint_mode")) {  // absent in plans written before the mode existed: reentrant
     const auto& mode = j["checkpoint_mode"];
-    REMAT_CHECK(mode.is_string() && (mode == "reentrant" || mode == "non-reentrant"), source,
-                ": field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\", found ", mode.dump(), ".");
-    plan.mode = parse_checkpoint_mode(mode.get<std::string>());
+    try {
+      REMAT_CHECK(mode.is_string(), "not a string");
+      plan.mode = parse_checkpoint_mode(mode.get<std::string>());
+    } catch (const c10::Error&) {
+      REMAT_CHECK(false, source, ": field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\", found ",
+                  mode.dump(), ".");
+    }
   }
   plan.items = items_from_json(j["plan"], plan.stage_names, source);
   int64_t next = 0;

@@ -11,7 +11,6 @@
 #include <ATen/ops/mul.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/saved_variable_hooks.h>
 
 #include "detail/chain_state.h"
 #include "detail/cuda_memory.h"
@@ -44,8 +43,9 @@ at::Tensor stage_input(const at::Tensor& activation, bool first) {
 // The generic early stop of a non-reentrant recompute, on one stage: saved tensors are kept (as the
 // recompute hands them to the backward) and the forward is abandoned at the last of them.
 struct StopAtLastSaved {};
-struct KeepUntilLast final : torch::autograd::SavedVariableHooks {
-  KeepUntilLast(std::vector<at::Tensor>& kept, size_t last) : kept_(kept), last_(last) {}
+struct KeepUntilLast final : detail::SavedTensorHooks {
+  KeepUntilLast(std::vector<at::Tensor>& kept, size_t last)
+      : SavedTensorHooks("the profiler"), kept_(kept), last_(last) {}
   void call_pack_hook(const at::Tensor& tensor) override {
     if (last_ == 0) return;  // counting only
     kept_.push_back(tensor.detach());
@@ -53,11 +53,6 @@ struct KeepUntilLast final : torch::autograd::SavedVariableHooks {
   }
   at::Tensor call_unpack_hook() override {
     TORCH_CHECK(false, "remat: internal error: backward reached a profiled early-stop forward.");
-  }
-  virtual void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/,
-                             const torch::autograd::SavedVariable& /*saved*/,
-                             const std::shared_ptr<torch::dynamo::autograd::VariableMetadata>& /*meta*/) {
-    TORCH_CHECK(false, "remat: compiled autograd cannot trace the profiler");
   }
 
  private:

@@ -22,6 +22,23 @@ GptConfig config() { return remat::testing::tiny_gpt(3, 16); }
 
 std::pair<at::Tensor, at::Tensor> batch(int64_t b, int64_t t) { return remat::testing::random_batch(b, t); }
 
+// config() without dropout, as a block chain with its targets set, on a (2, 16) batch.
+struct NoDropoutBlockChain {
+  static GptConfig no_dropout() {
+    GptConfig c = config();
+    c.dropout = 0.0;
+    return c;
+  }
+  GptConfig c = no_dropout();
+  Gpt model{c};
+  GptChain chain{model, "block"};
+  at::Tensor tokens, targets;
+  NoDropoutBlockChain() {
+    std::tie(tokens, targets) = batch(2, 16);
+    chain.set_targets(targets);
+  }
+};
+
 }  // namespace
 
 TEST(Gpt, ChainUnderThePlainPlanComputesTheModelsLoss) {
@@ -83,12 +100,11 @@ TEST(FusedOps, ComputeTheUnfusedValuesAndGradients) {
 TEST(Gpt, MatmulInputsOptionDropsTheLayerNormAndGeluOutputsExactly) {
   remat::install_cpu_memory_tracker();
   torch::manual_seed(0);
-  GptConfig c = config();
-  c.dropout = 0.0;
-  Gpt model(c);
-  auto [tokens, targets] = batch(2, 16);
-  GptChain chain(model, "block");
-  chain.set_targets(targets);
+  NoDropoutBlockChain gpt;
+  const GptConfig& c = gpt.c;
+  Gpt& model = gpt.model;
+  GptChain& chain = gpt.chain;
+  const at::Tensor& tokens = gpt.tokens;
   auto held_after_forward = [&](const std::string& policy) {
     const remat::Plan plan = remat::models::gpt_policy_plan(policy, chain);
     model->zero_grad();
@@ -185,12 +201,10 @@ TEST(Gpt, FusedAttentionHalfKeepsNoTermQuadraticInTheSequence) {
 
 TEST(Gpt, FusedOptionsComputePlainAttentionsGradientsWithoutDropout) {
   torch::manual_seed(0);
-  GptConfig c = config();
-  c.dropout = 0.0;
-  Gpt model(c);
-  auto [tokens, targets] = batch(2, 16);
-  GptChain chain(model, "block");
-  chain.set_targets(targets);
+  NoDropoutBlockChain gpt;
+  Gpt& model = gpt.model;
+  GptChain& chain = gpt.chain;
+  const at::Tensor& tokens = gpt.tokens;
   auto gradients = [&](const std::string& policy) {
     model->zero_grad(/*set_to_none=*/true);
     remat::run_plan(chain, remat::models::gpt_policy_plan(policy, chain), tokens).backward();

@@ -47,15 +47,33 @@ inline std::string percent(double fraction) {
   return text;
 }
 
+/// A fresh model (the memory tracker installed first, so that its allocations count too), its chain
+/// and its measured cost table.
+struct ProfiledModel {
+  ProfiledModel(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
+                const at::Tensor& x, int repeats)
+      : net(tracked(make_model)),
+        chain(net, loss_of),
+        costs(remat::profile_chain(chain, x, remat::ProfileOptions().repeats(repeats))) {}
+  torch::nn::Sequential net;
+  remat::SequentialChain chain;
+  remat::CostTable costs;
+
+ private:
+  static torch::nn::Sequential tracked(const std::function<torch::nn::Sequential()>& make_model) {
+    remat::install_cpu_memory_tracker();
+    return make_model();
+  }
+};
+
 /// `make_model` builds the model afresh, identically each time (it seeds); `loss_of` turns its
 /// output into the loss. `x` is the batch every step runs on.
 inline int report_budgets(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
                           const at::Tensor& x, const ReportOptions& options) {
   int failures = 0;
-  remat::install_cpu_memory_tracker();
-  torch::nn::Sequential net = make_model();
-  remat::SequentialChain chain(net, loss_of);
-  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(options.profile_repeats));
+  ProfiledModel model(make_model, loss_of, x, options.profile_repeats);
+  remat::SequentialChain& chain = model.chain;
+  const remat::CostTable& costs = model.costs;
   const remat::Plan plain = remat::Plan::plain(chain);
   std::cout << "measured cost table (" << costs.source << "):\n" << costs.to_table();
   std::cout << chain.size() << " stages; least feasible budget "
@@ -174,10 +192,9 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
 inline int report_modes(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
                         const at::Tensor& x, const ReportOptions& options) {
   int failures = 0;
-  remat::install_cpu_memory_tracker();
-  torch::nn::Sequential net = make_model();
-  remat::SequentialChain chain(net, loss_of);
-  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(options.profile_repeats));
+  ProfiledModel model(make_model, loss_of, x, options.profile_repeats);
+  remat::SequentialChain& chain = model.chain;
+  const remat::CostTable& costs = model.costs;
   std::vector<remat::Plan> plans = {remat::Plan::plain(chain)};
   std::vector<std::string> names = {"none"};
   for (const auto mode : {remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant}) {

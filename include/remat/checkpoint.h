@@ -28,6 +28,7 @@
 #pragma once
 
 #include <functional>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,13 @@
 namespace remat {
 
 enum class CheckpointMode { reentrant, non_reentrant };
+
+/// "reentrant" or "non-reentrant", as plans and reports spell it.
+const char* to_string(CheckpointMode mode);
+/// The inverse of to_string; a clear error for anything else.
+CheckpointMode parse_checkpoint_mode(const std::string& text);
+/// Writes to_string(mode).
+std::ostream& operator<<(std::ostream& out, CheckpointMode mode);
 
 /// The mode of checkpoint calls whose options name none (reentrant unless a CheckpointModeGuard
 /// says otherwise on this thread).

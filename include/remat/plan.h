@@ -64,11 +64,6 @@ struct Plan {
   std::vector<int64_t> recompute_depths() const;
 };
 
-/// "reentrant" or "non-reentrant", as plans and reports spell it.
-const char* to_string(CheckpointMode mode);
-/// The inverse of to_string; a clear error for anything else.
-CheckpointMode parse_checkpoint_mode(const std::string& text);
-
 /// Runs `chain` under `plan` on `input` (the model's input); returns the last stage's output.
 /// Checkpointed segments restore their stages' buffers (Chain::stage_buffers) after each
 /// recompute, so running statistics update once per step under every plan.

@@ -139,17 +139,13 @@ namespace {
 
 thread_local std::vector<SavedTensorHooksScope::Factory> hook_factories;
 
-struct DroppedSavedTensor final : torch::autograd::SavedVariableHooks {
+struct DroppedSavedTensor final : SavedTensorHooks {
+  DroppedSavedTensor() : SavedTensorHooks("checkpoint's parameter discovery") {}
   void call_pack_hook(const at::Tensor& /*tensor*/) override {}
   at::Tensor call_unpack_hook() override {
     TORCH_CHECK(false,
                 "remat: internal error: backward reached a graph that checkpoint recorded only to "
                 "find parameters; its saved tensors were dropped. Please report this.");
-  }
-  virtual void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/,
-                             const torch::autograd::SavedVariable& /*saved*/,
-                             const std::shared_ptr<torch::dynamo::autograd::VariableMetadata>& /*meta*/) {
-    TORCH_CHECK(false, "remat: compiled autograd cannot trace checkpoint's parameter discovery");
   }
 };
 

@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
 // Newer LibTorch adds a pure virtual `compiled_args` to SavedVariableHooks (for torch.compile's
@@ -92,6 +93,21 @@ class RestoreTensorsScope {
  private:
   const std::vector<at::Tensor>& tensors_;
   std::vector<at::Tensor> copies_;
+};
+
+/// Base of remat's saved-tensor hooks: refuses compiled autograd (torch.compile), whose tracing
+/// LibTorch 2.x asks hooks for; the hooks below only make sense run eagerly. `what` names the user
+/// in that error.
+struct SavedTensorHooks : torch::autograd::SavedVariableHooks {
+  explicit SavedTensorHooks(const char* what) : what_(what) {}
+  virtual void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/,
+                             const torch::autograd::SavedVariable& /*saved*/,
+                             const std::shared_ptr<torch::dynamo::autograd::VariableMetadata>& /*meta*/) {
+    TORCH_CHECK(false, "remat: compiled autograd cannot trace ", what_);
+  }
+
+ private:
+  const char* what_;
 };
 
 /// While alive on this thread, every tensor an operation saves for its backward goes through the

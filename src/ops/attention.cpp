@@ -127,7 +127,7 @@ struct MemoryEfficientAttention : torch::autograd::Function<MemoryEfficientAtten
 
     const at::Tensor grad_out = grads[0].reshape({BH, s.queries, s.head_size});
     // delta_i = Σ_j P_ij·dP_ij = dO_i · O_i: the softmax backward's row term, without P.
-    const at::Tensor delta = grad_out.mul(out.reshape({BH, s.queries, s.head_size})).sum(2);  // (BH, T_q)
+    const at::Tensor delta = grads[0].mul(out).sum(3).reshape({BH, s.queries});  // (BH, T_q); no copy of `out`
     const at::Tensor scaled_q = q.mul(scale).reshape({BH, s.queries, s.head_size});
     const at::Tensor kf = k.reshape({BH, s.keys, s.head_size});
     const at::Tensor vf = v.reshape({BH, s.keys, s.head_size});

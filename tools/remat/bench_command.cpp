@@ -58,12 +58,12 @@ std::vector<std::string> traced_names(const BenchFlags& flags, const std::vector
 }
 
 void run_bench(BenchFlags& flags) {
-  const auto [out, policies, budgets, modes] = check_strategy_flags(flags);
+  const auto [out, policies, budgets] = check_strategy_flags(flags);
   const auto& options = flags.model.options;
   std::ostream& human = human_output(flags.json);
   const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
   const ModelCosts costs = strategy_costs(flags);
-  const std::vector<Strategy> strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots, modes);
+  const std::vector<Strategy> strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   const std::string threads = set_cpu_threads(options.threads);

@@ -80,6 +80,34 @@ void note_old_spelling(const std::string& old_name, const std::string& new_name)
   }
 }
 
+namespace {
+// A mode's name becomes the enum's number, which CLI11 then stores; parse_checkpoint_mode holds
+// the spellings.
+CLI::Option* checkpoint_mode_option(CLI::Option* option, const std::string& defaults) {
+  const CLI::Validator names(
+      [](std::string& text) -> std::string {
+        try {
+          text = std::to_string(static_cast<int>(parse_checkpoint_mode(text)));
+          return "";
+        } catch (const c10::Error&) {
+          return "'" + text + "' is not a checkpoint mode; use reentrant or non-reentrant";
+        }
+      },
+      "", "");
+  return option->transform(names)->type_name("reentrant|non-reentrant")->default_str(defaults)->group("Planning");
+}
+}  // namespace
+
+CLI::Option* add_checkpoint_mode_option(CLI::App& command, CheckpointMode& mode, const std::string& help) {
+  return checkpoint_mode_option(command.add_option("--checkpoint-mode", mode, help), to_string(mode));
+}
+
+CLI::Option* add_checkpoint_mode_option(CLI::App& command, std::vector<CheckpointMode>& modes, const std::string& help) {
+  std::string defaults;
+  for (const auto mode : modes) defaults += (defaults.empty() ? "" : ",") + std::string(to_string(mode));
+  return checkpoint_mode_option(command.add_option("--checkpoint-mode", modes, help), defaults)->delimiter(',');
+}
+
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help) {
   return command.add_option("--measure-steps", steps, help)->capture_default_str()->check(CLI::Range(1, 1000))->group("Measurement");
 }

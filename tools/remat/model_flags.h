@@ -40,6 +40,11 @@ struct ModelFlags {
 CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
                                bool old_plural = false);
 
+/// `--checkpoint-mode reentrant|non-reentrant` straight into `mode` (its current value the default).
+CLI::Option* add_checkpoint_mode_option(CLI::App& command, CheckpointMode& mode, const std::string& help);
+/// The same, several modes (comma-separated or repeated).
+CLI::Option* add_checkpoint_mode_option(CLI::App& command, std::vector<CheckpointMode>& modes, const std::string& help);
+
 /// `--measure-steps N`: measured interleaved rounds, each strategy one step per round.
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help);
 

@@ -35,7 +35,6 @@ struct PlanFlags {
   bool measure = false;
   int measure_steps = 3;
   bool verify = false;
-  std::string checkpoint_mode = "reentrant";
 };
 
 // `--verify`: one step plain and one under `plan` from the same RNG state, on the sample batch.
@@ -53,7 +52,7 @@ void run_policy_plan(PlanFlags& flags) {
   const std::string granularity = models::gpt_policy_granularity(policy);
   models::GptChainShape chain(config.layers, granularity);
   Plan plan = models::gpt_policy_plan(policy, chain);
-  plan.mode = parse_checkpoint_mode(flags.checkpoint_mode);
+  plan.mode = flags.model.options.checkpoint_mode;
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
@@ -68,8 +67,7 @@ void run_policy_plan(PlanFlags& flags) {
 }
 
 void run_budget_plan(PlanFlags& flags) {
-  auto& options = flags.model.options;
-  options.checkpoint_mode = parse_checkpoint_mode(flags.checkpoint_mode);  // what the profile costs
+  const auto& options = flags.model.options;
   options.model.validate();
   const std::vector<std::string> budgets = budget_list(flags.budgets);
   REMAT_CHECK(!budgets.empty(), "--budget: give at least one budget, as in --budget 50% or --budget 200MiB.");
@@ -99,7 +97,7 @@ void run_budget_plan(PlanFlags& flags) {
   for (const auto& text : budgets) {
     BudgetResult r{text, 0, {}, {}, -1, 0};
     const auto start = std::chrono::steady_clock::now();
-    r.optimal = models::gpt_plan_for_budget(costs, text, flags.slots, parse_checkpoint_mode(flags.checkpoint_mode));
+    r.optimal = models::gpt_plan_for_budget(costs, text, flags.slots, options.checkpoint_mode);
     r.bytes = r.optimal.budget_bytes;
     r.least = r.optimal.min_feasible_budget_bytes;
     r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -222,9 +220,8 @@ void add_plan_command(CLI::App& app) {
       ->group("Planning");
   plan->add_option("--repeats", flags->repeats, "Profiling runs per stage (the median is kept)")
       ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
-  plan->add_option("--checkpoint-mode", flags->checkpoint_mode,
-                   "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)")
-      ->capture_default_str()->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
+  add_checkpoint_mode_option(*plan, flags->model.options.checkpoint_mode,
+                             "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)");
   plan->add_option("--slots", flags->slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
       ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
   plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")

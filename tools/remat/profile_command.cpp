@@ -16,7 +16,6 @@ struct ProfileFlags {
   int repeats = 5;
   std::string save_file;
   bool json = false;
-  std::string checkpoint_mode = "reentrant";
 };
 
 }  // namespace
@@ -30,14 +29,12 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("--save-profile", flags->save_file, "Write the profile as JSON to this file (for --profile FILE)")
       ->group("Output");
   add_old_spelling(*cmd, "--save", "--save-profile", flags->save_file);
-  cmd->add_option("--checkpoint-mode", flags->checkpoint_mode,
-                  "Cost segment ends for this mode: reentrant (the GPT's graph-only stages), non-reentrant (the "
-                  "generic early stop: each stage's forward stopped at its last saved tensor)")
-      ->capture_default_str()->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
+  add_checkpoint_mode_option(*cmd, flags->model.options.checkpoint_mode,
+                             "Cost segment ends for this mode: reentrant (the GPT's graph-only stages), non-reentrant "
+                             "(the generic early stop: each stage's forward stopped at its last saved tensor)");
   add_json_flag(*cmd, flags->json);
   cmd->callback([flags] {
     flags->model.apply_preset();
-    flags->model.options.checkpoint_mode = parse_checkpoint_mode(flags->checkpoint_mode);
     std::ostream& out = human_output(flags->json);
     const ModelCosts costs = profile_model(flags->model.options, flags->repeats);
     out << costs.half.to_table();

@@ -118,8 +118,7 @@ CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
   flags.model.apply_preset();
   flags.model.options.model.validate();
   CheckedStrategies checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers),
-                            budget_list(flags.budgets), {}};
-  for (const auto& mode : flags.checkpoint_modes) checked.modes.push_back(parse_checkpoint_mode(mode));
+                            budget_list(flags.budgets)};
   REMAT_CHECK(!checked.policies.empty() || !checked.budgets.empty(), "nothing to run: give --policies or --budget.");
   return checked;
 }
@@ -129,9 +128,8 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
   command.add_option("--policies", flags.policies, "Manual policies to run (see `remat policies`), space-separated")
       ->capture_default_str()->group("Planning");
   add_budget_option(command, flags.budgets, budget_help, /*old_plural=*/true)->capture_default_str();
-  command.add_option("--checkpoint-mode", flags.checkpoint_modes,
-                     "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant")
-      ->capture_default_str()->delimiter(',')->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
+  add_checkpoint_mode_option(command, flags.checkpoint_modes,
+                             "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant");
   command.add_option("--profile", flags.profile_file,
                      "Plan from this profile (`remat profile --save-profile`) instead of profiling")->group("Planning");
   command.add_option("--repeats", flags.repeats, "Profiling runs per stage (the median is kept)")

@@ -26,7 +26,7 @@ struct StrategyFlags {
   bool no_plots = false;
   bool json = false;
   bool default_policies = true;  ///< --policies not given: drop the defaults that do not apply to this depth
-  std::vector<std::string> checkpoint_modes = {"reentrant"};  ///< each strategy runs in each of these
+  std::vector<CheckpointMode> checkpoint_modes = {CheckpointMode::reentrant};  ///< each strategy runs in each
 };
 
 struct Strategy {
@@ -47,7 +47,6 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
 struct CheckedStrategies {
   std::filesystem::path out;
   std::vector<std::string> policies, budgets;
-  std::vector<CheckpointMode> modes;
 };
 CheckedStrategies check_strategy_flags(StrategyFlags& flags);
 

@@ -17,12 +17,12 @@ namespace remat::cli {
 namespace {
 
 void run_trace(StrategyFlags& flags) {
-  const auto [out, policies, budgets, modes] = check_strategy_flags(flags);
+  const auto [out, policies, budgets] = check_strategy_flags(flags);
   const auto& options = flags.model.options;
   std::ostream& human = human_output(flags.json);
   std::optional<ModelCosts> costs;
   if (!budgets.empty()) costs = strategy_costs(flags);
-  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers, policies, budgets, flags.slots, modes);
+  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers, policies, budgets, flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   std::cerr << "warming up " << strategies.size() << " strategies...\n";

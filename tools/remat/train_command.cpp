@@ -22,7 +22,6 @@ namespace remat::cli {
 namespace {
 
 struct TrainFlags {
-  std::string checkpoint_mode = "reentrant";
   ModelFlags model;
   std::vector<std::string> budgets;
   bool verify = false;
@@ -74,7 +73,6 @@ void run_train(TrainFlags& flags) {
   REMAT_CHECK(flags.budgets.size() <= 1, "--budget: train runs under one plan; give one budget, not ",
               flags.budgets.size(), " (`remat plan --budget` compares several).");
   if (!flags.budgets.empty()) options.budget = flags.budgets.front();
-  options.checkpoint_mode = parse_checkpoint_mode(flags.checkpoint_mode);
   REMAT_CHECK(flags.bucket_mib > 0, "--bucket-mib must be positive, got ", flags.bucket_mib, ".");
   if (flags.nproc > 1 && !distributed::launched_by_environment()) {
     // This process launches the ranks (each this same command line) and waits for them.
@@ -219,9 +217,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--policy", o.policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Planning");
   cmd->add_option("--plan", o.plan_file, "A plan saved by `remat plan --save-plan`; overrides --policy")->group("Planning");
   add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget; overrides --policy");
-  cmd->add_option("--checkpoint-mode", flags->checkpoint_mode,
-                  "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)")
-      ->capture_default_str()->check(CLI::IsMember({"reentrant", "non-reentrant"}))->group("Planning");
+  add_checkpoint_mode_option(*cmd, o.checkpoint_mode,
+                             "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");
   add_old_spelling(*cmd, "--save", "--save-state", o.save_dir);
   cmd->add_option("--save-every", o.save_every, "Also save every this many global steps (0: only at the end); needs --save-state")
