@@ -16,6 +16,7 @@
 
 #include "detail/forward_state.h"
 #include "detail/recompute_state.h"
+#include "detail/torch_compat.h"
 #include "remat/error.h"
 #include "remat/memory_timeline.h"
 
@@ -78,10 +79,16 @@ variable_list grad_releasing_roots(variable_list&& roots, const variable_list& w
       wrt_edges.emplace_back(std::make_shared<torch::autograd::Identity>(), 0);
     }
   }
-  // With create_graph the gradients' own graph reaches into the recomputed graph (tanh's backward
-  // reuses its saved output, ...): keep it, as torch::autograd::grad's retain_graph default does.
-  return torch::autograd::Engine::get_default_engine().execute(root_edges, root_grads, /*keep_graph=*/create_graph,
-                                                               create_graph, /*accumulate_grad=*/false, wrt_edges);
+  // The gradients reach their hooks once, when the outer backward delivers them along the
+  // checkpoint node's edges; the capture here must not fire them too (torch_compat.h).
+  std::vector<torch::autograd::Node*> captured_nodes;
+  for (const auto& edge : wrt_edges) captured_nodes.push_back(edge.function.get());
+  return detail::run_with_capture_hooks_aside(captured_nodes, [&] {
+    // With create_graph the gradients' own graph reaches into the recomputed graph (tanh's backward
+    // reuses its saved output, ...): keep it, as torch::autograd::grad's retain_graph default does.
+    return torch::autograd::Engine::get_default_engine().execute(root_edges, root_grads, /*keep_graph=*/create_graph,
+                                                                 create_graph, /*accumulate_grad=*/false, wrt_edges);
+  });
 }
 
 std::string describe(const OutputMeta& m) {
@@ -407,7 +414,11 @@ std::vector<at::Tensor> checkpoint_non_reentrant(const TensorListFunction& fn, c
   frame->fn = fn;
   frame->options = options;
   for (const auto& t : inputs) {
-    frame->inputs.emplace_back(t, /*is_output=*/false);
+    // Detached: the recompute detaches them anyway, and a saved leaf that requires grad keeps only
+    // a weak reference to its gradient accumulator, gone by the time a checkpoint nested in another
+    // unpacks it (LibTorch's "No grad accumulator for a saved leaf"). The version counter is shared,
+    // so an in-place change is still refused.
+    frame->inputs.emplace_back(t.defined() ? t.detach() : t, /*is_output=*/false);
     frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
   }
   frame->autocast = detail::AutocastSnapshot::capture();

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -15,9 +17,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "detail/torch_compat.h"
 #include "remat/error.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -86,6 +90,38 @@ int free_local_port() {
   ::close(fd);
   REMAT_CHECK(ok, "distributed: cannot find a free port on 127.0.0.1.");
   return ntohs(address.sin_port);
+}
+
+// Waits until something accepts TCP connections at host:port, or `deadline` passes. The store's
+// own client retries past its timeout: 2.x's waits a random back-off after a timed-out connect,
+// so an unreachable master was reported 8-25 s late. Probing first keeps the timeout the user set.
+// Returns the last connect error (empty once connected).
+std::string wait_until_accepting(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  std::string last_error = "no attempt";
+  for (auto pause = std::chrono::milliseconds(50);; pause = std::min(2 * pause, std::chrono::milliseconds(1000))) {
+    addrinfo* found = nullptr;
+    const int resolved = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+    if (resolved != 0) {
+      last_error = std::string("cannot resolve the address: ") + ::gai_strerror(resolved);
+    } else {
+      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        const bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        last_error = connected ? "" : std::strerror(errno);
+        ::close(fd);
+        if (connected) break;
+      }
+      ::freeaddrinfo(found);
+      if (last_error.empty()) return last_error;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) return last_error;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+  }
 }
 
 int exit_status(int status) {
@@ -233,6 +269,16 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   store_options.numWorkers = static_cast<std::size_t>(world);
   store_options.waitWorkers = false;  // the Gloo rendezvous below waits for everyone, under the timeout
   store_options.timeout = impl->timeout;
+  detail::use_classic_tcp_store_backend(store_options);  // Debian's LibTorch 2.x has no libuv
+  auto unreachable = [&](const std::string& reason) {
+    REMAT_CHECK(false, "distributed: rank ", rank, " cannot reach the store at ", addr, ":", port, " (", reason,
+                ") within ", impl->timeout.count() / 1000, " s: is rank 0 running, and do MASTER_ADDR and MASTER_PORT ",
+                "name its machine and port?");
+  };
+  if (!store_options.isServer) {
+    const std::string reason = wait_until_accepting(addr, store_options.port, Clock::now() + impl->timeout);
+    if (!reason.empty()) unreachable(reason);
+  }
   try {
     c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(addr, store_options);
     impl->store = tcp;
@@ -244,9 +290,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
     const std::string reason = first_line(e);
     REMAT_CHECK(!store_options.isServer, "distributed: rank 0 cannot host the store on port ", port, " (", reason,
                 "): the port is taken or not allowed; choose another MASTER_PORT.");
-    REMAT_CHECK(false, "distributed: rank ", rank, " cannot reach the store at ", addr, ":", port, " (", reason,
-                ") within ", impl->timeout.count() / 1000, " s: is rank 0 running, and do MASTER_ADDR and MASTER_PORT ",
-                "name its machine and port?");
+    unreachable(reason);
   }
 
   auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);

@@ -20,7 +20,7 @@
 
 #include "remat/files.h"
 #include "detail/cuda_memory.h"
-#include "detail/torch_version.h"
+#include "detail/torch_compat.h"
 #include "remat/error.h"
 #include "remat/memory_timeline.h"
 

@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
-#include "detail/torch_version.h"
+#include "detail/torch_compat.h"
 #include "remat/error.h"
 
 namespace remat::detail {
