@@ -111,6 +111,42 @@ TEST_P(Checkpoint, ParameterHookFiresOncePerBackward) {
   EXPECT_EQ(calls, 1);
 }
 
+// LibTorch 2.x fires a leaf's hooks when a gradient is captured for it (torch_compat.h): a hook
+// that changes the gradient must still apply once, as in the plain run, also under autograd::grad
+// and for a checkpoint nested in another.
+TEST_P(Checkpoint, GradientChangingHooksApplyOnceAsInThePlainRun) {
+  at::Tensor w = torch::randn({4, 4}, torch::requires_grad());
+  int calls = 0;
+  w.register_hook([&calls](const at::Tensor& g) {
+    ++calls;
+    return g * 3;
+  });
+  at::Tensor x = torch::randn({3, 4}, torch::requires_grad());
+  auto inner = [&](const at::Tensor& in) { return in.mm(w).tanh(); };
+  auto fn = [&](const at::Tensor& in) { return inner(in).mm(w).exp(); };
+  auto nested = [&](const at::Tensor& in) { return remat::checkpoint(inner, in).mm(w).exp(); };
+
+  // Under grad, 1.13 fires no leaf hook and 2.x fires it at the capture: the plain run says which.
+  const auto plain = torch::autograd::grad({fn(x).sum()}, {w, x});
+  const int plain_grad_calls = calls;
+  calls = 0;
+  fn(x).sum().backward();
+  ASSERT_EQ(calls, 1);
+  const at::Tensor plain_accumulated = w.grad().clone();
+  for (const auto& [name, f] : {std::pair<const char*, remat::TensorFunction>{"flat", fn}, {"nested", nested}}) {
+    calls = 0;
+    const auto checkpointed = torch::autograd::grad({remat::checkpoint(f, x).sum()}, {w, x});
+    EXPECT_EQ(calls, plain_grad_calls) << name;
+    EXPECT_TRUE(torch::allclose(plain[0], checkpointed[0], 1e-5, 1e-6)) << name;
+    EXPECT_TRUE(torch::allclose(plain[1], checkpointed[1], 1e-5, 1e-6)) << name;
+    calls = 0;
+    w.mutable_grad() = at::Tensor();
+    remat::checkpoint(f, x).sum().backward();
+    EXPECT_EQ(calls, 1) << name;
+    EXPECT_TRUE(torch::allclose(plain_accumulated, w.grad(), 1e-5, 1e-6)) << name;
+  }
+}
+
 TEST_P(Checkpoint, DropoutMasksAndRngStreamAreThoseOfThePlainRun) {
   torch::nn::Linear linear(32, 32);
   auto fn = [&](const at::Tensor& x) { return torch::dropout(linear(x), 0.5, /*train=*/true); };
