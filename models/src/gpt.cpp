@@ -276,6 +276,15 @@ std::vector<std::string> GptChain::stage_parameter_names(int64_t index) const {
   return names;
 }
 
+std::string GptChain::stage_signature(int64_t index) const {
+  const GptStage kind = gpt_stage_kind(index, size(), granularity_);
+  if (kind == GptStage::embed || kind == GptStage::head) return {};  // one of each
+  std::ostringstream signature;
+  signature << static_cast<int>(kind) << ":";
+  for (const auto& p : stage_parameters(index)) signature << p.sizes();
+  return signature.str();
+}
+
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
   return run_stage(index, input, option, /*graph_only=*/false);
 }

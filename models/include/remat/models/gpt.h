@@ -130,6 +130,8 @@ class GptChain : public Chain {
   at::Tensor forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) override;
   std::vector<at::Tensor> stage_parameters(int64_t index) const override;
   std::vector<std::string> stage_parameter_names(int64_t index) const override;
+  /// Blocks and their halves: the kind and the parameter shapes (all layers are twins).
+  std::string stage_signature(int64_t index) const override;
 
   /// The next-token targets (B,T) the head stage's loss uses.
   void set_targets(const at::Tensor& targets) { targets_ = targets; }
