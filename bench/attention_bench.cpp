@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
         {"plain", [p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return plain_attention(q, k, v, p); }},
         {"remat::ops::attention",
          [p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-           return remat::ops::attention(q, k, v, remat::ops::AttentionOptions().causal(true).dropout(p));
+           return remat::ops::attention(
+               q, k, v, remat::ops::AttentionOptions().causal(true).dropout(p).kernel(remat::ops::AttentionKernel::blocked));
          }}};
     std::string sdpa_note = "needs LibTorch 2.1+";
 #if REMAT_TORCH_AT_LEAST(2, 1)

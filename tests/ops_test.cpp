@@ -1,17 +1,47 @@
 // remat::ops: memory-efficient attention against plain attention (outputs, gradients, dropout with
 // the same mask, exact kept bytes), and the regenerated dropout (repeatable, unbiased, 0 bytes kept).
+// The device path of both (masks drawn by tensor operations, as on a GPU) is forced on the CPU and
+// compared with the CPU loop bit for bit, so it is tested on machines without a GPU.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "detail/torch_compat.h"
+#include "ops/philox_keep.h"
+#include "remat/checkpoint.h"
 #include "remat/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/ops/dropout.h"
 
 namespace {
 
+using remat::ops::detail::ForceTensorKeepPath;
+
+// The bits of t as integers of its element size: unlike equal(), tells -0 from +0.
+at::Tensor bits_of(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  switch (c.element_size()) {
+    case 2: return c.view(torch::kShort);
+    case 4: return c.view(torch::kInt);
+    default: return c.view(torch::kLong);
+  }
+}
+
+::testing::AssertionResult same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
+    return ::testing::AssertionFailure() << "shapes/dtypes differ: " << a.sizes() << " vs " << b.sizes();
+  }
+  // Any NaN equals any NaN: its payload is the multiply's (vectorised or not, CPU or GPU), not the mask's.
+  const at::Tensor x = a.cpu(), y = b.cpu();
+  const at::Tensor differ = bits_of(x).ne(bits_of(y)).logical_and_(x.isnan().logical_and(y.isnan()).logical_not());
+  if (!differ.any().item<bool>()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differ.sum().item<int64_t>() << " of " << a.numel() << " elements differ";
+}
+
+using remat::ops::AttentionKernel;
 using remat::ops::AttentionOptions;
 
 // softmax(q·kᵀ·scale [causal]) [* mask] · v, in plain LibTorch ops.
@@ -49,7 +79,8 @@ void expect_matches_plain(const Case& c, double p = 0.0) {
     mask = remat::ops::dropout_scale(remat::ops::draw_dropout_seed(), {c.batch * c.heads, c.queries, c.keys}, p);
   }
   torch::manual_seed(11);  // the operation draws the same seed
-  at::Tensor fused = remat::ops::attention(q, k, v, AttentionOptions().causal(c.causal).dropout(p).block_rows(c.block_rows));
+  at::Tensor fused = remat::ops::attention(
+      q, k, v, AttentionOptions().causal(c.causal).dropout(p).block_rows(c.block_rows).kernel(AttentionKernel::blocked));
   auto fused_grads = torch::autograd::grad({fused}, {q, k, v}, {upstream});
   at::Tensor plain = plain_attention(q, k, v, c.causal, mask);
   auto plain_grads = torch::autograd::grad({plain}, {q, k, v}, {upstream});
@@ -115,7 +146,8 @@ TEST(MemoryEfficientAttention, KeepsOnlyItsOutputAndOneNumberPerRow) {
     at::Tensor q = torch::randn({2, 4, T, 16}).requires_grad_(), k = torch::randn({2, 4, T, 16}).requires_grad_(),
                v = torch::randn({2, 4, T, 16}).requires_grad_();
     const int64_t before = remat::memory_stats().current_bytes;
-    at::Tensor y = remat::ops::attention(q, k, v, AttentionOptions().causal(true).dropout(0.1));
+    at::Tensor y =
+        remat::ops::attention(q, k, v, AttentionOptions().causal(true).dropout(0.1).kernel(AttentionKernel::blocked));
     const int64_t kept = remat::memory_stats().current_bytes - before;
     // The output (B,T,H,D) and the log-sum-exp (B·H,T), fp32: no B·H·T² term.
     EXPECT_EQ(kept, 2 * T * 4 * 16 * 4 + 2 * 4 * T * 4) << "T " << T;
@@ -143,9 +175,50 @@ TEST(MemoryEfficientAttention, RejectsBadInputClearly) {
   EXPECT_NE(message([&] { remat::ops::attention(q.to(torch::kLong), k, k); }).find("floating-point"), std::string::npos);
 }
 
+// LibTorch 2.1+: `automatic` runs scaled_dot_product_attention where it has a fused kernel (on CPU:
+// without dropout), with plain attention's values and gradients; a checkpoint's recompute of its
+// dropout (forced, LibTorch's math kernel on CPU) draws the same masks. 1.13 has no SDPA.
+TEST(MemoryEfficientAttention, AutomaticKernelIsSdpaWhereLibTorchHasAFusedOne) {
+  torch::manual_seed(2);
+  at::Tensor q = torch::randn({2, 3, 37, 8}).requires_grad_(), k = torch::randn({2, 3, 37, 8}).requires_grad_(),
+             v = torch::randn({2, 3, 37, 8}).requires_grad_();
+  const auto no_dropout = AttentionOptions().causal(true);
+  const auto sdpa_dropout = AttentionOptions().causal(true).dropout(0.3).kernel(AttentionKernel::sdpa);
+#if REMAT_TORCH_AT_LEAST(2, 1)
+  EXPECT_EQ(remat::ops::attention_kernel(q, k, v, no_dropout), AttentionKernel::sdpa);
+  EXPECT_EQ(remat::ops::attention_kernel(q, k, v, AttentionOptions().causal(true).dropout(0.1)), AttentionKernel::blocked)
+      << "on CPU, SDPA with dropout is its math kernel: it keeps the probabilities";
+  const at::Tensor upstream = torch::randn({2, 3, 37, 8});
+  const at::Tensor y = remat::ops::attention(q, k, v, no_dropout), plain = plain_attention(q, k, v, true);
+  EXPECT_LE(relative_difference(y, plain), 1e-5);
+  const auto grads = torch::autograd::grad({y}, {q, k, v}, {upstream});
+  const auto plain_grads = torch::autograd::grad({plain}, {q, k, v}, {upstream});
+  for (int i = 0; i < 3; ++i) EXPECT_LE(relative_difference(grads[i], plain_grads[i]), 1e-5) << i;
+  for (const auto mode : {remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant}) {
+    auto fn = [&](const std::vector<at::Tensor>& in) {
+      return std::vector<at::Tensor>{remat::ops::attention(in[0], in[1], in[2], sdpa_dropout)};
+    };
+    torch::manual_seed(9);
+    const auto direct = torch::autograd::grad(fn({q, k, v}), {q, k, v}, {upstream});
+    torch::manual_seed(9);
+    const auto checkpointed =
+        torch::autograd::grad(remat::checkpoint(fn, {q, k, v}, remat::CheckpointOptions().mode(mode)), {q, k, v}, {upstream});
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(direct[i].equal(checkpointed[i])) << remat::to_string(mode) << " " << i;
+  }
+#else
+  EXPECT_EQ(remat::ops::attention_kernel(q, k, v, no_dropout), AttentionKernel::blocked);
+  try {
+    remat::ops::attention(q, k, v, sdpa_dropout);
+    ADD_FAILURE() << "the sdpa kernel was accepted on LibTorch 1.13";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("needs LibTorch 2.1"), std::string::npos) << e.what();
+  }
+#endif
+}
+
 TEST(MemoryEfficientAttention, RefusesDoubleBackwardClearly) {
   at::Tensor q = torch::randn({1, 1, 4, 2}).requires_grad_();
-  at::Tensor y = remat::ops::attention(q, q, q);
+  at::Tensor y = remat::ops::attention(q, q, q, AttentionOptions().kernel(AttentionKernel::blocked));
   auto grads = torch::autograd::grad({y.sum()}, {q}, {}, /*retain_graph=*/true, /*create_graph=*/false);
   EXPECT_TRUE(grads[0].defined());
   EXPECT_THROW(torch::autograd::grad({y.sum()}, {q}, {}, true, /*create_graph=*/true), c10::Error);
@@ -189,4 +262,103 @@ TEST(RegeneratedDropout, KeepsNoBytesPerElement) {
   at::Tensor plain = torch::dropout(h, 0.1, true);
   EXPECT_EQ(remat::memory_stats().current_bytes - before, 2 * y.numel() * 4 + plain.numel() * 4)
       << "LibTorch's dropout keeps a mask of the input's dtype besides its output";
+}
+
+TEST(PhiloxByTensorOps, DrawsAtensEngineOutputsBitwise) {
+  // Starts at every lane, a window across the carry of the counter's low word (element 2^34 is
+  // counter 2^32), and far out in the stream.
+  const std::vector<int64_t> starts = {0, 1, 2, 3, 4097, (int64_t{1} << 34) - 6, (int64_t{1} << 61) + 3};
+  for (const uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{0x123456789abcdef0}, ~uint64_t{0}}) {
+    for (const int64_t length : {1, 2, 3, 4, 5, 13, 64}) {
+      const at::Tensor drawn = remat::ops::detail::philox_outputs(seed, torch::tensor(starts, torch::kLong), length);
+      ASSERT_EQ(drawn.sizes(), (std::vector<int64_t>{static_cast<int64_t>(starts.size()), length}));
+      const auto got = drawn.accessor<int64_t, 2>();
+      for (size_t r = 0; r < starts.size(); ++r) {
+        const auto first = static_cast<uint64_t>(starts[r]);
+        at::philox_engine engine(seed, 0, first / 4);
+        for (uint64_t skip = first % 4; skip > 0; --skip) engine();
+        for (int64_t j = 0; j < length; ++j) {
+          const uint32_t expected = engine();
+          ASSERT_EQ(got[static_cast<int64_t>(r)][j], static_cast<int64_t>(expected))
+              << "seed " << seed << ", element " << first + j;
+        }
+      }
+    }
+  }
+}
+
+TEST(RegeneratedDropout, TheDevicePathMasksAsTheCpuLoopBitwise) {
+  // More elements than one device row (4096), and not a multiple of it; NaN, infinities and -0
+  // where they may be dropped (the loop writes +0) or kept (scaled).
+  for (const auto dtype : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16}) {
+    torch::manual_seed(4);
+    at::Tensor x = torch::randn({3, 4101}).to(dtype);
+    for (int64_t i = 0; i < 40; i += 4) {
+      x[0][i].fill_(std::numeric_limits<double>::quiet_NaN());
+      x[0][i + 1].fill_(-std::numeric_limits<double>::infinity());
+      x[0][i + 2].fill_(-0.0);
+    }
+    for (const double p : {0.1, 0.5}) {
+      for (const at::Tensor& input : {x, x.t()}) {  // contiguous, and element order by strides
+        SCOPED_TRACE(std::string(toString(dtype)) + " p " + std::to_string(p) + (input.is_contiguous() ? "" : " transposed"));
+        const at::Tensor by_loop = remat::ops::apply_dropout_mask(input, 77, p);
+        ForceTensorKeepPath tensor_ops;
+        const at::Tensor by_tensor_ops = remat::ops::apply_dropout_mask(input, 77, p);
+        EXPECT_TRUE(same_bits(by_loop, by_tensor_ops));
+        EXPECT_TRUE(by_tensor_ops.is_contiguous());
+      }
+    }
+  }
+}
+
+TEST(RegeneratedDropout, TheDevicePathDrawsLargeTensorsInGroupsAsTheLoop) {
+  // Over 2^19 elements: more than one group of rows of the device path.
+  torch::manual_seed(6);
+  const at::Tensor x = torch::randn({600011});
+  const at::Tensor by_loop = remat::ops::apply_dropout_mask(x, 123, 0.2);
+  ForceTensorKeepPath tensor_ops;
+  EXPECT_TRUE(same_bits(by_loop, remat::ops::apply_dropout_mask(x, 123, 0.2)));
+}
+
+TEST(RegeneratedDropout, TheDevicePathGivesTheLoopsGradientsAndSecondDerivatives) {
+  torch::manual_seed(2);
+  at::Tensor x = torch::randn({5, 999}).requires_grad_();
+  at::Tensor w = torch::randn({5, 999}).requires_grad_();
+  auto run = [&] {
+    torch::manual_seed(8);
+    const at::Tensor y = remat::ops::dropout(x, 0.3, /*training=*/true);
+    const at::Tensor g = torch::autograd::grad({y}, {x}, {w}, /*retain_graph=*/true, /*create_graph=*/true)[0];
+    const at::Tensor gw = torch::autograd::grad({g.sum()}, {w})[0];  // the scaled mask itself
+    return std::vector<at::Tensor>{y, g, gw};
+  };
+  const auto by_loop = run();
+  ForceTensorKeepPath tensor_ops;
+  const auto by_tensor_ops = run();
+  for (size_t i = 0; i < by_loop.size(); ++i) EXPECT_TRUE(same_bits(by_loop[i], by_tensor_ops[i])) << i;
+  EXPECT_TRUE(by_loop[2].ne(0).any().item<bool>() && by_loop[2].eq(0).any().item<bool>()) << "a mask, not a constant";
+}
+
+TEST(MemoryEfficientAttention, TheDevicePathMasksAsTheCpuLoopBitwise) {
+  // Only the masks' drawing differs between the paths, so outputs and gradients agree to the bit.
+  for (const Case& c : kCases) {
+    SCOPED_TRACE("B" + std::to_string(c.batch) + " Tq" + std::to_string(c.queries) + " Tk" + std::to_string(c.keys) +
+                 " rows " + std::to_string(c.block_rows) + (c.causal ? " causal" : ""));
+    torch::manual_seed(3);
+    auto make = [&](int64_t length) { return torch::randn({c.batch, c.heads, length, c.head_size}).requires_grad_(); };
+    at::Tensor q = make(c.queries), k = make(c.keys), v = make(c.keys);
+    const at::Tensor upstream = torch::randn({c.batch, c.heads, c.queries, c.head_size});
+    auto run = [&] {
+      torch::manual_seed(11);
+      const auto options =
+          AttentionOptions().causal(c.causal).dropout(0.3).block_rows(c.block_rows).kernel(AttentionKernel::blocked);
+      at::Tensor y = remat::ops::attention(q, k, v, options);
+      auto outs = torch::autograd::grad({y}, {q, k, v}, {upstream});
+      outs.insert(outs.begin(), y);
+      return outs;
+    };
+    const auto by_loop = run();
+    ForceTensorKeepPath tensor_ops;
+    const auto by_tensor_ops = run();
+    for (size_t i = 0; i < by_loop.size(); ++i) EXPECT_TRUE(same_bits(by_loop[i], by_tensor_ops[i])) << i;
+  }
 }

@@ -6,17 +6,26 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/baddbmm.h>
 #include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/logsumexp.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/scalar_tensor.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "detail/torch_compat.h"
 #include "ops/philox_keep.h"
 #include "remat/error.h"
 #include "remat/ops/dropout.h"
+
+#if REMAT_TORCH_AT_LEAST(2, 1)
+#include <ATen/ops/_fused_sdp_choice.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#endif
 
 namespace remat::ops {
 namespace {
@@ -36,11 +45,25 @@ Shape shape_of(const at::Tensor& q, const at::Tensor& k) {
 }
 
 // The dropout scales of the probabilities' rows i0 .. i0+rows-1 against keys 0 .. keys_used-1:
-// (batch·heads, rows, keys_used), fp32 on CPU; row (bh, i) is the stream's run from (bh·T_q + i)·T_k.
-at::Tensor block_dropout_scale(uint64_t seed, double p, const Shape& s, int64_t i0, int64_t rows, int64_t keys_used) {
-  at::Tensor scale = at::empty({s.batch_heads(), rows, keys_used}, at::TensorOptions().dtype(at::kFloat));
+// (batch·heads, rows, keys_used) of `like`'s dtype on its device; row (bh, i) is the stream's run from
+// (bh·T_q + i)·T_k. Drawn by a loop on the CPU, by tensor operations on any other device; the scale
+// is rounded to fp32 first on both.
+at::Tensor block_dropout_scale(uint64_t seed, double p, const Shape& s, int64_t i0, int64_t rows, int64_t keys_used,
+                               const at::Tensor& like) {
   const uint64_t threshold = detail::keep_threshold(p);
   const float kept = static_cast<float>(1.0 / (1.0 - p));
+  if (detail::keeps_by_tensor_ops(like)) {
+    const at::TensorOptions index = like.options().dtype(at::kLong);
+    const at::Tensor starts = at::arange(s.batch_heads(), index)
+                                  .mul_(s.queries * s.keys)
+                                  .unsqueeze(1)
+                                  .add(at::arange(i0, i0 + rows, index).mul_(s.keys))
+                                  .view({-1});
+    const at::Tensor keep = detail::keep_decisions(seed, starts, keys_used, threshold);
+    return at::where(keep, at::scalar_tensor(static_cast<double>(kept), like.options()), at::zeros({}, like.options()))
+        .view({s.batch_heads(), rows, keys_used});
+  }
+  at::Tensor scale = at::empty({s.batch_heads(), rows, keys_used}, at::TensorOptions().dtype(at::kFloat));
   float* data = scale.data_ptr<float>();
   at::parallel_for(0, s.batch_heads() * rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(keys_used, 1)),
                    [&](int64_t begin, int64_t end) {
@@ -52,7 +75,7 @@ at::Tensor block_dropout_scale(uint64_t seed, double p, const Shape& s, int64_t 
                                              [&](int64_t j, bool keep) { out[j] = keep ? kept : 0.0f; });
                      }
                    });
-  return scale;
+  return scale.to(like.scalar_type());
 }
 
 // Scores of query rows i0.. against keys 0..keys_used-1 with the causal mask applied: only the
@@ -97,7 +120,7 @@ struct MemoryEfficientAttention : torch::autograd::Function<MemoryEfficientAtten
       at::Tensor row_lse = at::logsumexp(probs, {2});  // (BH, rows)
       lse.narrow(1, i0, rows).copy_(row_lse);
       probs.sub_(row_lse.unsqueeze(2)).exp_();
-      if (p > 0) probs.mul_(block_dropout_scale(seed, p, s, i0, rows, keys_used).to(probs.device(), probs.scalar_type()));
+      if (p > 0) probs.mul_(block_dropout_scale(seed, p, s, i0, rows, keys_used, probs));
       const at::Tensor o = at::bmm(probs, vf.narrow(1, 0, keys_used));  // (BH, rows, D)
       out.narrow(1, i0, rows).copy_(o.view({s.batch, s.heads, rows, s.head_size}).transpose(1, 2));
     });
@@ -141,7 +164,7 @@ struct MemoryEfficientAttention : torch::autograd::Function<MemoryEfficientAtten
       at::Tensor grad_probs = at::bmm(grad_out_block, vf.narrow(1, 0, keys_used).transpose(1, 2));  // d(P·mask)
       at::Tensor dropped = probs;
       if (p > 0) {
-        const at::Tensor mask = block_dropout_scale(seed, p, s, i0, rows, keys_used).to(probs.device(), probs.scalar_type());
+        const at::Tensor mask = block_dropout_scale(seed, p, s, i0, rows, keys_used, probs);
         dropped = probs.mul(mask);
         grad_probs.mul_(mask);  // dP
       }
@@ -168,6 +191,34 @@ int64_t attention_block_rows(int64_t batch_heads, int64_t query_length, int64_t 
   return std::clamp<int64_t>(rows, 1, std::max<int64_t>(query_length, 1));
 }
 
+namespace {
+
+double effective_dropout(const AttentionOptions& options) { return options.training() ? options.dropout() : 0.0; }
+
+double effective_scale(const at::Tensor& q, const AttentionOptions& options) {
+  return options.scale() != 0.0 ? options.scale() : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+}
+
+}  // namespace
+
+AttentionKernel attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const AttentionOptions& options) {
+#if REMAT_TORCH_AT_LEAST(2, 1)
+  if (options.kernel() == AttentionKernel::automatic) {
+    // sdp::SDPBackend: -1 none, 0 math (materialises the probabilities), above 0 a fused kernel.
+    const int64_t backend = at::_fused_sdp_choice(q, k, v, c10::nullopt, effective_dropout(options), options.causal(),
+                                                  effective_scale(q, options));
+    return backend > 0 ? AttentionKernel::sdpa : AttentionKernel::blocked;
+  }
+  return options.kernel();
+#else
+  (void)q, (void)k, (void)v;
+  REMAT_CHECK(options.kernel() != AttentionKernel::sdpa, "remat::ops::attention: the sdpa kernel needs LibTorch 2.1 or "
+              "later (scaled_dot_product_attention); this is ", TORCH_VERSION, ". Use AttentionKernel::automatic.");
+  return AttentionKernel::blocked;
+#endif
+}
+
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionOptions& options) {
   REMAT_CHECK(q.defined() && k.defined() && v.defined(), "remat::ops::attention: q, k and v must all be defined.");
   REMAT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4,
@@ -189,8 +240,18 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   REMAT_CHECK(options.block_rows() >= 0, "remat::ops::attention: block_rows must be positive (or 0: automatic), got ",
               options.block_rows(), ".");
   detail::keep_threshold(options.dropout());  // checks the probability
-  const double p = options.training() ? options.dropout() : 0.0;
-  const double scale = options.scale() != 0.0 ? options.scale() : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+  const double p = effective_dropout(options);
+  const double scale = effective_scale(q, options);
+#if REMAT_TORCH_AT_LEAST(2, 1)
+  // Where LibTorch has a fused kernel it keeps what this operation keeps (or less: measured in
+  // bench/attention_bench.cpp, on CPU at the reference GPT's shape 12.2 against 16.4 MiB at the
+  // same time) and runs on every device without remat's CPU-side dropout draws.
+  if (attention_kernel(q, k, v, options) == AttentionKernel::sdpa) {
+    return at::scaled_dot_product_attention(q, k, v, c10::nullopt, p, options.causal(), scale);
+  }
+#else
+  attention_kernel(q, k, v, options);  // refuses sdpa
+#endif
   const int64_t rows = attention_block_rows(q.size(0) * q.size(1), q.size(2), k.size(2), options);
   return MemoryEfficientAttention::apply(q, k, v, options.causal(), p, scale, rows)[0];
 }

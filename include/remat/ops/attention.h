@@ -25,6 +25,14 @@
 
 namespace remat::ops {
 
+/// What computes attention. `automatic`: LibTorch's scaled_dot_product_attention (2.1+) where it
+/// picks a kernel that keeps no probabilities (flash, memory-efficient, cuDNN: on CPU only without
+/// dropout, on CUDA also with it), else remat's blocked kernel below. `blocked`: always remat's.
+/// `sdpa`: always LibTorch's, whichever kernel it picks (an error on 1.13). Under SDPA, dropout
+/// draws from LibTorch's generator of the device, not from remat's Philox streams; a checkpoint's
+/// recompute restores that generator, so its masks repeat there too.
+enum class AttentionKernel { automatic, blocked, sdpa };
+
 struct AttentionOptions {
   /// Query i attends to keys 0..i only (needs T_q == T_k).
   AttentionOptions& causal(bool on) { causal_ = on; return *this; }
@@ -35,12 +43,14 @@ struct AttentionOptions {
   AttentionOptions& scale(double s) { scale_ = s; return *this; }
   /// Query rows per block; 0 chooses about 2 MiB of fp32 scores per block.
   AttentionOptions& block_rows(int64_t rows) { block_rows_ = rows; return *this; }
+  AttentionOptions& kernel(AttentionKernel k) { kernel_ = k; return *this; }
 
   bool causal() const { return causal_; }
   double dropout() const { return dropout_; }
   bool training() const { return training_; }
   double scale() const { return scale_; }
   int64_t block_rows() const { return block_rows_; }
+  AttentionKernel kernel() const { return kernel_; }
 
  private:
   bool causal_ = false;
@@ -48,6 +58,7 @@ struct AttentionOptions {
   bool training_ = true;
   double scale_ = 0.0;
   int64_t block_rows_ = 0;
+  AttentionKernel kernel_ = AttentionKernel::automatic;
 };
 
 /// softmax(q·kᵀ·scale, masked if causal), dropped out, times v. q (B,H,T_q,D), k and v (B,H,T_k,D),
@@ -55,6 +66,10 @@ struct AttentionOptions {
 /// contiguous (B,T_q,H,D) tensor, so `.transpose(1, 2).reshape({B, T_q, H·D})` costs no copy.
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const AttentionOptions& options = AttentionOptions());
+
+/// The kernel attention() runs for these inputs and options: `blocked` or `sdpa`, never `automatic`.
+AttentionKernel attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const AttentionOptions& options = AttentionOptions());
 
 /// The query rows per block attention() uses for these sizes and options.
 int64_t attention_block_rows(int64_t batch_heads, int64_t query_length, int64_t key_length,

@@ -18,7 +18,8 @@
 namespace remat::ops {
 
 /// x with each element zeroed with probability p, the others scaled by 1/(1-p); the identity when
-/// !training or p == 0. p in [0, 1). Floating-point x on any device (the decisions are drawn on CPU).
+/// !training or p == 0. p in [0, 1). Floating-point x on any device; the decisions are drawn where x
+/// is (on a GPU by tensor operations: no host loop, no copy), the same bits on every device.
 at::Tensor dropout(const at::Tensor& x, double p, bool training);
 
 /// One seed for a regenerated mask, drawn from LibTorch's default CPU generator.
