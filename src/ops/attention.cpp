@@ -244,7 +244,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const double scale = effective_scale(q, options);
 #if REMAT_TORCH_AT_LEAST(2, 1)
   // Where LibTorch has a fused kernel it keeps what this operation keeps (or less: measured in
-  // bench/attention_bench.cpp, on CPU at the reference GPT's shape 12.2 against 16.4 MiB at the
+  // bench/attention_bench.cpp, on CPU at B 8, H 8, T 256, D 32: 12.2 against 16.4 MiB at the
   // same time), and on CUDA its fused kernels take dropout too.
   if (attention_kernel(q, k, v, options) == AttentionKernel::sdpa) {
     return at::scaled_dot_product_attention(q, k, v, c10::nullopt, p, options.causal(), scale);
