@@ -39,6 +39,8 @@ using remat::testing::bitwise_equal;
 
 namespace {
 
+using remat::testing::same_bits;
+
 const torch::Device kCuda(torch::kCUDA, 0);
 constexpr int64_t kMiB = int64_t{1} << 20;
 // The caching allocator hands out blocks of at least this many bytes (a scalar holds one).
@@ -47,27 +49,6 @@ constexpr int64_t kAllocatorBlock = 512;
 const CheckpointMode kModes[] = {CheckpointMode::reentrant, CheckpointMode::non_reentrant};
 
 std::string mode_name(CheckpointMode mode) { return remat::to_string(mode); }
-
-// The bits of t as integers of its element size: unlike equal(), tells -0 from +0.
-at::Tensor bits_of(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  switch (c.element_size()) {
-    case 2: return c.view(torch::kShort);
-    case 4: return c.view(torch::kInt);
-    default: return c.view(torch::kLong);
-  }
-}
-
-::testing::AssertionResult same_bits(const at::Tensor& a, const at::Tensor& b) {
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
-    return ::testing::AssertionFailure() << "shapes/dtypes differ: " << a.sizes() << " vs " << b.sizes();
-  }
-  // Any NaN equals any NaN: its payload is the multiply's (vectorised or not, CPU or GPU), not the mask's.
-  const at::Tensor x = a.cpu(), y = b.cpu();
-  const at::Tensor differ = bits_of(x).ne(bits_of(y)).logical_and_(x.isnan().logical_and(y.isnan()).logical_not());
-  if (!differ.any().item<bool>()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << differ.sum().item<int64_t>() << " of " << a.numel() << " elements differ";
-}
 
 double relative_difference(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor a64 = a.to(torch::kDouble).cpu(), b64 = b.to(torch::kDouble).cpu();

@@ -15,31 +15,13 @@
 #include "remat/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/ops/dropout.h"
+#include "support/compare.h"
 
 namespace {
 
+using remat::testing::same_bits;
+
 using remat::ops::detail::ForceTensorKeepPath;
-
-// The bits of t as integers of its element size: unlike equal(), tells -0 from +0.
-at::Tensor bits_of(const at::Tensor& t) {
-  const at::Tensor c = t.contiguous();
-  switch (c.element_size()) {
-    case 2: return c.view(torch::kShort);
-    case 4: return c.view(torch::kInt);
-    default: return c.view(torch::kLong);
-  }
-}
-
-::testing::AssertionResult same_bits(const at::Tensor& a, const at::Tensor& b) {
-  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
-    return ::testing::AssertionFailure() << "shapes/dtypes differ: " << a.sizes() << " vs " << b.sizes();
-  }
-  // Any NaN equals any NaN: its payload is the multiply's (vectorised or not, CPU or GPU), not the mask's.
-  const at::Tensor x = a.cpu(), y = b.cpu();
-  const at::Tensor differ = bits_of(x).ne(bits_of(y)).logical_and_(x.isnan().logical_and(y.isnan()).logical_not());
-  if (!differ.any().item<bool>()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << differ.sum().item<int64_t>() << " of " << a.numel() << " elements differ";
-}
 
 using remat::ops::AttentionKernel;
 using remat::ops::AttentionOptions;

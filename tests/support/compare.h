@@ -32,6 +32,28 @@ inline ::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::T
   return ::testing::AssertionFailure() << "max abs difference " << (a - b).abs().max().item<double>();
 }
 
+// The bits of t as integers of its element size: unlike equal(), tells -0 from +0.
+inline at::Tensor bits_of(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  switch (c.element_size()) {
+    case 2: return c.view(torch::kShort);
+    case 4: return c.view(torch::kInt);
+    default: return c.view(torch::kLong);
+  }
+}
+
+/// Equal bit for bit (-0 is not +0), except that any NaN equals any NaN.
+inline ::testing::AssertionResult same_bits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) {
+    return ::testing::AssertionFailure() << "shapes/dtypes differ: " << a.sizes() << " vs " << b.sizes();
+  }
+  // Any NaN equals any NaN: its payload is the multiply's (vectorised or not, CPU or GPU), not the mask's.
+  const at::Tensor x = a.cpu(), y = b.cpu();
+  const at::Tensor differ = bits_of(x).ne(bits_of(y)).logical_and_(x.isnan().logical_and(y.isnan()).logical_not());
+  if (!differ.any().item<bool>()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << differ.sum().item<int64_t>() << " of " << a.numel() << " elements differ";
+}
+
 inline void expect_same_grads(const std::vector<std::pair<std::string, at::Tensor>>& expected,
                               const std::vector<std::pair<std::string, at::Tensor>>& actual) {
   ASSERT_EQ(expected.size(), actual.size());
