@@ -29,7 +29,11 @@ grep -q "resumed at step 3" "$work/resume.out" || fail "the ranks did not resume
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 /usr/bin/python3 -c "
 import datetime, time, torch.distributed as d
-store = d.TCPStore('127.0.0.1', $port, 3, True, datetime.timedelta(seconds=60), wait_for_workers=False)
+args = ('127.0.0.1', $port, 3, True, datetime.timedelta(seconds=60))
+try:  # PyTorch 2.x defaults to the libuv backend, which Debian's build lacks; 1.13 has no such option
+    store = d.TCPStore(*args, wait_for_workers=False, use_libuv=False)
+except TypeError:
+    store = d.TCPStore(*args, wait_for_workers=False)
 time.sleep(60)" &
 sleep 2
 export TORCHELASTIC_USE_AGENT_STORE=True TORCHELASTIC_RESTART_COUNT=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
