@@ -482,6 +482,33 @@ def compiled_forward(model, targets, sdpa, budget, label):
     return run
 
 
+def prepare_inductor_cpu():
+    """Lets inductor vectorise its CPU kernels where it can; returns the vector ISA it compiles for.
+
+    Inductor's vectorised kernels call SLEEF (Sleef_expf8_u10, ...). Debian's torch links the
+    system libsleef.so.3 into libtorch_cpu (PyPI's wheels carry SLEEF inside), so a kernel library
+    finds those symbols only if libsleef's are global, and inductor's check of the ISA loads a test
+    kernel in a fresh Python where they are not: the check fails, and every kernel is compiled
+    scalar, without a word. Making libsleef global here, and preloading it into child processes
+    (that check), avoids it. The check also needs sleef.h (Debian: libsleef-dev); without it the
+    kernels stay scalar, and the output says so."""
+    import ctypes.util
+    name = ctypes.util.find_library("sleef")
+    if name:
+        ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        os.environ["LD_PRELOAD"] = " ".join(filter(None, [os.environ.get("LD_PRELOAD"), name]))
+    try:
+        from torch._inductor import cpu_vec_isa  # private: a diagnostic only
+        isa = str(cpu_vec_isa.pick_vec_isa())
+    except Exception as e:  # noqa: BLE001 - the figures do not depend on it; the report says it is unknown
+        return f"unknown ({type(e).__name__})"
+    if not isa or "INVALID" in isa.upper():
+        log("warning: inductor found no vector ISA it can compile for: compiled strategies run scalar kernels "
+            "(on Debian, sleef.h from libsleef-dev is needed)")
+        return "none (scalar kernels)"
+    return isa
+
+
 # ---------------------------------------------------------------------------------------------
 # Strategies: one row of the comparison each (a way to run the step, on one system).
 
@@ -1105,8 +1132,10 @@ def text_table(header, body):
     return "\n".join([fmt(header), "-" * (sum(widths) + 2 * (len(widths) - 1))] + [fmt(c) for c in body])
 
 
-def markdown_table(header, body):
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
+def markdown_table(header, body, text_columns=1):
+    """Text columns left-aligned, the numbers after them right-aligned."""
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---"] * text_columns + ["---:"] * (len(header) - text_columns)) + "|"]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in cells) + " |" for cells in body])
 
 
@@ -1136,8 +1165,9 @@ def strategy_notes(comparison, strategy_rows):
                                         "names only), which reports no loss" if not comparison.worker.takes_plans else ""))
     if any(s.compile_budget is not None for s in args.pytorch_specs):
         attention = "SDPA" if args.compile_attention == "sdpa" else "the GPT's own attention ops"
-        notes.append(f"compile: torch.compile (inductor, CPU; fullgraph, static shapes) of the whole forward, with "
-                     f"{attention}, compiled in the warm-up round (a recompilation afterwards is an error). "
+        notes.append(f"compile: torch.compile (inductor, CPU, kernels for vector ISA {args.inductor_vec_isa}; "
+                     f"fullgraph, static shapes) of the whole forward, with {attention}, compiled in the warm-up "
+                     "round (a recompilation afterwards is an error). "
                      "compile, budget B: the same with torch._functorch.config.activation_memory_budget = B, a "
                      "fraction of the activations the default compiled partition (budget 1) saves above what "
                      "recomputing everything possible saves (0), as the partitioner estimates them: not a fraction "
@@ -1169,7 +1199,7 @@ def write_outputs(comparison, pairs, strategy_rows, overhead, failures):
         command = " ".join(["bench/pytorch_side_by_side.py"] + sys.argv[1:])
         parts = [describe(args) + ".", "", f"`{command}`", "",
                  "remat and PyTorch on the same plan (PyTorch = torch.utils.checkpoint, use_reentrant=True):", "",
-                 markdown_table(*pair), "", "Every strategy:", "", markdown_table(*strat), ""]
+                 markdown_table(*pair), "", "Every strategy:", "", markdown_table(*strat, text_columns=2), ""]
         parts += [f"- {n}" for n in notes]
         if overhead:
             parts += ["", f"Median of {args.overhead_rounds} rounds of {args.overhead_calls} calls.", "",
@@ -1179,9 +1209,12 @@ def write_outputs(comparison, pairs, strategy_rows, overhead, failures):
     if args.json:
         config = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "seq", "batch", "dropout", "seed",
                                                  "threads", "rounds", "policies", "budgets", "non_reentrant",
-                                                 "compile_attention", "loss_tolerance", "strategy_loss_tolerance")}
+                                                 "compile_attention", "inductor_vec_isa", "loss_tolerance",
+                                                 "strategy_loss_tolerance")}
         config["pytorch_strategies"] = [s.token for s in args.pytorch_specs]
+        capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: None)()
         report = {"config": config, "torch_version": torch.__version__, "features": FEATURES,
+                  "aten_cpu_capability": capability,
                   "time_baseline": "PyTorch's unchecked eager step (policy none) of the same round",
                   "notes": notes, "policies": pairs, "strategies": strategy_rows, "plans": comparison.plans,
                   "budget_plans": comparison.budget_plans.plans if comparison.budget_plans else {},
@@ -1261,7 +1294,7 @@ def plot_pareto(args, rows, path):
     gp = [f"set terminal {terminal}", f"set output {gnuplot_string(path)}", f"set title {gnuplot_string(title)}",
           "set xlabel \"activation peak (MiB): exact bytes above parameters, gradients and batch\"",
           "set ylabel \"step time / PyTorch's unchecked eager step, same round (median)\"",
-          "set grid", "set key top right box opaque", f"set xrange [0:{x_max:.6f}]", f"set yrange [{y_min:.6f}:{y_max:.6f}]",
+          "set grid", "set key bottom right box opaque", f"set xrange [0:{x_max:.6f}]", f"set yrange [{y_min:.6f}:{y_max:.6f}]",
           "set arrow 1 from graph 0, first 1 to graph 1, first 1 nohead dashtype 2 linecolor rgb \"#888888\""]
     for i, ((x, y, label, system), (lx, ly, right)) in enumerate(zip(points, spots), start=1):
         color = systems[system][1]
@@ -1270,7 +1303,7 @@ def plot_pareto(args, rows, path):
     gp.append("plot " + ", ".join(
         f"{gnuplot_string(f'{base}-{system.lower()}.dat')} using 1:2 with points pointtype {pt} pointsize 1.6 "
         f"linecolor rgb \"{color}\" title {gnuplot_string(system)}, "
-        f"{gnuplot_string(f'{base}-{system.lower()}-frontier.dat')} using 1:2 with lines dashtype 3 "
+        f"{gnuplot_string(f'{base}-{system.lower()}-frontier.dat')} using 1:2 with lines dashtype 2 linewidth 1.2 "
         f"linecolor rgb \"{color}\" title {gnuplot_string(system + ': Pareto frontier')}"
         for system, (pt, color) in systems.items()))
     with open(f"{base}.gp", "w") as f:
@@ -1289,6 +1322,10 @@ def main():
     tracker = Tracker(os.path.join(args.build, "libremat_memory_tracker.so"))
     torch.set_num_threads(1)
     log(f"torch {torch.__version__}; features: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in FEATURES.items()))
+    args.inductor_vec_isa = None
+    if any(spec.compile_budget is not None for spec in args.pytorch_specs):
+        args.inductor_vec_isa = prepare_inductor_cpu()
+        log(f"inductor's CPU vector ISA: {args.inductor_vec_isa}")
     with tempfile.TemporaryDirectory(prefix="remat-side-by-side-") as workdir:
         comparison = Comparison(args, remat, tracker, workdir)
         try:
