@@ -3,7 +3,11 @@
 //
 //   > {"policy": "block", "steps": 1, "seed": 7, "trace": "block.csv"}
 //   < {"policy": "block", "plan": "embed [block0] ...", "seconds": [...], "activation_peak_bytes": [...], "loss": [...]}
+//   > {"plan": {...remat plan --json's "plan_json"...}, "seed": 7}
+//   < {"plan": "embed [attn0 mlp0:lean] ...", "seconds": [...], ...}
 //
+// A plan request runs any plan of this GPT (the planner's, or one saved by `remat plan --save`),
+// checked against the chain of its granularity first; the ready line lists the request kinds.
 // A driver in Python interleaves these steps with its own, so both runtimes see the same machine
 // drift; each step re-seeds the generator so dropout masks match the driver's for the same seed.
 // Its stdout is JSON Lines always (one document per line: the ready line, then one per request);
@@ -54,9 +58,9 @@ class StepServer {
   }
 
   nlohmann::json answer(const nlohmann::json& request) {
-    REMAT_CHECK(request.is_object() && request.contains("policy") && request["policy"].is_string(),
-                "a request is a JSON object with a \"policy\" string, as in {\"policy\": \"block\", \"steps\": 1}.");
-    const std::string policy = request["policy"].get<std::string>();
+    REMAT_CHECK(request.is_object() && (request.contains("policy") != request.contains("plan")),
+                "a request is a JSON object with either a \"policy\" name or a \"plan\" (remat's plan JSON), as in ",
+                "{\"policy\": \"block\", \"steps\": 1}.");
     const auto& steps_json = request.contains("steps") ? request["steps"] : nlohmann::json(1);
     REMAT_CHECK(steps_json.is_number_integer() && steps_json.get<int64_t>() >= 1 && steps_json.get<int64_t>() <= 1000,
                 "\"steps\" must be a whole number in [1, 1000], got ", steps_json.dump(), ".");
@@ -68,14 +72,14 @@ class StepServer {
     const auto& trace_json = request.contains("trace") ? request["trace"] : nlohmann::json("");
     REMAT_CHECK(trace_json.is_string(), "\"trace\" must be a file name, got ", trace_json.dump(), ".");
     const std::string trace = trace_json.get<std::string>();
-    models::GptChain& chain = models::gpt_policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
-    const Plan plan = models::gpt_policy_plan(policy, chain);
-    nlohmann::json reply = {{"policy", policy}, {"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
+    auto [chain, plan] = request.contains("policy") ? policy_plan(request["policy"]) : requested_plan(request["plan"]);
+    nlohmann::json reply = {{"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
                             {"activation_peak_bytes", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+    if (request.contains("policy")) reply["policy"] = request["policy"];
     for (int s = 0; s < steps; ++s) {
       std::unique_ptr<MemoryTimeline> timeline;
       if (!trace.empty() && s + 1 == steps) timeline = std::make_unique<MemoryTimeline>(c10::kCPU);
-      const SeededStep step = seeded_step(sample_, chain, plan, seed);
+      const SeededStep step = seeded_step(sample_, *chain, plan, seed);
       if (timeline) write_memory_events_csv(timeline->stop(), trace);
       reply["seconds"].push_back(step.measurement.step_seconds);
       reply["activation_peak_bytes"].push_back(step.measurement.activation_peak_bytes());
@@ -85,6 +89,25 @@ class StepServer {
   }
 
  private:
+  std::pair<models::GptChain*, Plan> policy_plan(const nlohmann::json& policy_json) {
+    REMAT_CHECK(policy_json.is_string(), "\"policy\" must be a policy name (remat policies lists them), got ",
+                policy_json.dump(), ".");
+    const std::string policy = policy_json.get<std::string>();
+    models::GptChain& chain = models::gpt_policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
+    return {&chain, models::gpt_policy_plan(policy, chain)};
+  }
+
+  std::pair<models::GptChain*, Plan> requested_plan(const nlohmann::json& plan_json) {
+    REMAT_CHECK(plan_json.is_object(), "\"plan\" must be a plan as a JSON object (remat plan --json's \"plan_json\"), ",
+                "got ", plan_json.dump().substr(0, 80), ".");
+    Plan plan = Plan::from_json(plan_json.dump(), "the request's plan");
+    REMAT_CHECK(plan.granularity == "half" || plan.granularity == "block", "the request's plan is for granularity '",
+                plan.granularity, "'; this GPT's chains are 'block' and 'half'.");
+    models::GptChain& chain = plan.granularity == "half" ? half_chain_ : block_chain_;
+    plan.bind_to(chain);
+    return {&chain, std::move(plan)};
+  }
+
   SampleModel sample_;
   models::GptChain block_chain_, half_chain_;
 };
@@ -96,7 +119,8 @@ void run_worker(WorkerFlags& flags) {
   export_model_and_batch(sample, flags.export_file);
   StepServer server(sample);
   std::cout << nlohmann::json{{"ready", true}, {"export", flags.export_file},
-                              {"parameters", sample.model->parameters().size()}}.dump()
+                              {"parameters", sample.model->parameters().size()},
+                              {"requests", nlohmann::json::array({"policy", "plan"})}}.dump()
             << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {
