@@ -2,8 +2,10 @@
 # The check on a machine with a CUDA GPU and PyTorch (a pip or conda install of a CUDA build; no
 # Debian LibTorch there): builds remat's library and tests against that PyTorch's LibTorch, runs every
 # *_CUDA test (each in its own process, one at a time: some time the device) and the checkpoint
-# suites (in parallel), and measures the reference GPT on the GPU. Logs and figures (7 files: the
-# log, the build's, each test run's, a JUnit file, the GPT's figures as JSON, a summary) go to $OUT
+# suites (in parallel), and measures the reference GPT on the GPU: remat's policies, fused option and
+# 50% plan (a *_CUDA test), then PyTorch's checkpoint, SAC and SDPA (bench/pytorch_gpu_reference.py).
+# Logs and figures (8 files: the log, the build's, each test run's, a JUnit file, both sides' figures
+# as JSON, a summary) go to $OUT
 # when it is set, else build-gpu/out. About 5 minutes on an H200 with 16 cores; exits non-zero when
 # anything fails.
 #
@@ -138,12 +140,17 @@ tail -6 "$out/checkpoint-tests.log"
 step "the reference GPT on the device"
 "$build/tests/remat_tests" --gtest_filter='CudaGpt.ReferenceWorkloadPeaksAndStepTimes_CUDA' \
   --gtest_output="json:$out/reference-gpt.json" > "$build/reference-gpt.txt" 2>&1 || failed=1
-grep -A6 "^reference GPT" "$build/reference-gpt.txt" || tail -20 "$build/reference-gpt.txt"
+grep -A8 "^reference GPT" "$build/reference-gpt.txt" || tail -20 "$build/reference-gpt.txt"
+
+step "PyTorch's checkpoint, SAC and SDPA on the same GPT and device (bench/pytorch_gpu_reference.py)"
+python3 bench/pytorch_gpu_reference.py --json "$out/pytorch-reference.json" > "$build/pytorch-reference.txt" 2>&1 || failed=1
+cat "$build/pytorch-reference.txt"
 
 {
   echo "torch $torch_version, CUDA $torch_cuda, $gpu"
   grep -h "tests passed" "$out/cuda-tests.log" "$out/checkpoint-tests.log" || true
-  grep -A6 "^reference GPT" "$build/reference-gpt.txt" || true
+  grep -A8 "^reference GPT" "$build/reference-gpt.txt" || true
+  cat "$build/pytorch-reference.txt" 2> /dev/null || true
   echo "total $((SECONDS - start)) s, $([ "$failed" -eq 0 ] && echo "all passed" || echo "FAILURES: see the logs")"
 } > "$out/summary.txt"
 step "done"

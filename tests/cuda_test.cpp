@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "detail/torch_compat.h"
+#include "remat/budget_planner.h"
 #include "remat/checkpoint.h"
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
@@ -539,4 +540,28 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
   const auto peak = [&](size_t i) { return measured[i].activation_peak_bytes; };
   EXPECT_LT(peak(2), peak(0)) << "block holds less than none";
   EXPECT_LT(peak(1), peak(0)) << "fused holds less than full";
+
+  // The planner on the device: profiled there (synchronised times, the caching allocator's bytes),
+  // planned for half the predicted unchecked peak, run, and compared with its own prediction.
+  remat::models::GptChain halves(model, "half");
+  halves.set_targets(targets);
+  const remat::BudgetPlan planned = remat::plan_for_budget(halves, tokens, "50%");
+  const std::vector<remat::PlanMeasurement> dp =
+      remat::measure_plans(halves, {remat::Plan::plain(halves), planned.plan}, tokens, 5);
+  const double measured_overhead = remat::paired_time_ratio(dp[1], dp[0]) - 1.0;
+  std::printf("  optimal 50%% (budget %s): %s\n    activation peak %10s (predicted %s)  overhead %+.1f%% (predicted %+.1f%%)\n",
+              remat::format_bytes(planned.budget_bytes).c_str(), planned.plan.to_string().c_str(),
+              remat::format_bytes(dp[1].activation_peak_bytes).c_str(),
+              remat::format_bytes(planned.prediction.peak_bytes).c_str(), 100 * measured_overhead,
+              100 * planned.predicted_overhead());
+  RecordProperty("optimal 50% plan", planned.plan.to_string());
+  RecordProperty("optimal 50% activation_peak_bytes", std::to_string(dp[1].activation_peak_bytes));
+  RecordProperty("optimal 50% predicted_peak_bytes", std::to_string(planned.prediction.peak_bytes));
+  RecordProperty("optimal 50% overhead", std::to_string(measured_overhead));
+  RecordProperty("optimal 50% predicted_overhead", std::to_string(planned.predicted_overhead()));
+  // The caching allocator rounds blocks up (512 B, 2 MiB segments for large ones), which the
+  // profile measured too: the plan must hold close to what it predicted, and less than unchecked.
+  EXPECT_LT(dp[1].activation_peak_bytes, dp[0].activation_peak_bytes);
+  EXPECT_LE(static_cast<double>(dp[1].activation_peak_bytes), 1.10 * static_cast<double>(planned.prediction.peak_bytes))
+      << "the 50% plan holds more than 10% above its predicted peak";
 }
