@@ -10,8 +10,10 @@
 namespace remat {
 
 /// Writes `text` to a temporary beside `path` (a name of its own per process and call), flushes it
-/// to disk, and only then renames it over `path`. A failed write removes the temporary, leaves
-/// `path` as it was, and throws an error saying why.
+/// to disk, renames it over `path` and flushes the folder. A failed write removes the temporary,
+/// leaves `path` as it was, and throws an error saying why. Only regular files are written: a
+/// device node, FIFO, socket or folder at `path` is refused (a rename would replace it); a
+/// symbolic link is followed, and the file it names is replaced, keeping its permissions.
 void write_file_atomically(const std::string& path, const std::string& text);
 
 /// Flushes a file or a directory (its entries: a rename into it) to disk; quietly does nothing
