@@ -17,7 +17,8 @@ packages=(cmake g++ make "${torch_packages[@]}" libopenblas0-pthread libgtest-de
   fortunes-min fortunes  # the default training corpus (English text)
   gnuplot-nox fonts-dejavu-core  # remat bench's and remat trace's plots (PNG and SVG)
   "$python_torch_package"  # bench/pytorch_side_by_side.py: the same LibTorch from Python, for comparisons
-  python3-setuptools)  # torch.compile on PyTorch 2.x imports it; python3-torch does not depend on it
+  python3-setuptools  # torch.compile on PyTorch 2.x imports it; python3-torch does not depend on it
+  libsleef-dev)  # sleef.h: without it torch.compile's CPU kernels are compiled scalar, without a word
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
