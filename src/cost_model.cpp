@@ -38,54 +38,67 @@ int64_t parameter_bytes_between(const CostTable& costs, int64_t first, int64_t l
 // checkpointed segment (`in_segment`) the parameter gradients of stages already back-propagated
 // are held until the segment's backward returns them all at once (the recompute's engine captures
 // them; reentrant mode only); outside, each is added into .grad as soon as it is computed.
-Simulated simulate_items(const std::vector<PlanItem>& items, size_t first, int64_t s, int64_t t, bool in_segment,
-                         const Plan& plan, const CostTable& costs) {
-  Simulated result;
-  if (first >= items.size()) return result;
-  const auto& item = items[first];
+// Each item's cost needs the cost of the items after it: they are costed last to first, in a loop
+// (a plan may have 100,000 items); only nested segments recurse, as deep as the plan nests
+// (Plan::kMaxNesting at most).
+Simulated simulate_items(const std::vector<PlanItem>& items, int64_t s, int64_t t, bool in_segment, const Plan& plan,
+                         const CostTable& costs) {
+  std::vector<int64_t> starts(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    starts[i] = s;
+    s = (items[i].is_stage() ? items[i].stage : stage_range(items[i].segment).second) + 1;
+  }
   const auto& stages = costs.stages;
   const int64_t grad_t = stages[t].output_bytes;
   // Non-reentrant segments add each parameter's gradient into .grad as its node finishes.
   const bool captures = plan.mode == CheckpointMode::reentrant;
-  if (item.is_stage()) {
-    const StageCost& c = stages[s];
-    // The last stage of a segment's items is recomputed graph-only (run_plan does so).
-    const bool segment_end = in_segment && first + 1 == items.size();
-    const StageOptionCost& option = c.option(plan.options[s]);
-    const StageRunCost& o = segment_end ? option.at_segment_end() : option;
-    const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, s + 1, t) : 0;
-    result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
-                           c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured);
-    result.seconds = o.forward_seconds + o.backward_seconds;
-    if (first + 1 < items.size()) {
-      const Simulated rest = simulate_items(items, first + 1, s + 1, t, in_segment, plan, costs);
-      result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
+  Simulated rest;  // of the items after the current one
+  for (size_t i = items.size(); i-- > 0;) {
+    const PlanItem& item = items[i];
+    const bool has_rest = i + 1 < items.size();
+    const int64_t first = starts[i];
+    Simulated result;
+    if (item.is_stage()) {
+      const StageCost& c = stages[first];
+      // The last stage of a segment's items is recomputed graph-only (run_plan does so).
+      const bool segment_end = in_segment && !has_rest;
+      const StageOptionCost& option = c.option(plan.options[first]);
+      const StageRunCost& o = segment_end ? option.at_segment_end() : option;
+      const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, first + 1, t) : 0;
+      result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
+                             c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured);
+      result.seconds = o.forward_seconds + o.backward_seconds;
+      if (has_rest) {
+        result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
+        result.seconds += rest.seconds;
+      }
+      rest = result;
+      continue;
+    }
+    // A checkpointed segment [first, e]: a forward that keeps only boundaries, then (after the
+    // rest's backward) its inner plan with δ(e) counted.
+    const int64_t e = stage_range(item.segment).second;
+    const int64_t segment = costs.segment_bytes;
+    for (int64_t k = first; k <= e; ++k) {
+      const int64_t held_input = k == first ? 0 : stages[k - 1].output_bytes;
+      result.peak =
+          std::max(result.peak, segment + grad_t + held_input + stages[k].output_bytes + stages[k].nograd_extra_bytes);
+      result.seconds += stages[k].nograd_seconds;
+    }
+    if (has_rest) {
+      result.peak = std::max(result.peak, segment + stages[e].output_bytes + rest.peak);
       result.seconds += rest.seconds;
     }
-    return result;
+    // During its backward a segment holds its saved RNG state and, while recomputing, a copy of
+    // the current one (restored afterwards): two states; and, inside an enclosing segment, the
+    // gradients that one has captured from the stages after e.
+    const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, e + 1, t) : 0;
+    const Simulated inner = simulate_items(item.segment, first, e, /*in_segment=*/true, plan, costs);
+    result.peak = std::max(result.peak, 2 * segment + captured + inner.peak);
+    result.seconds += inner.seconds;
+    rest = result;
   }
-  // A checkpointed segment [s, e]: a forward that keeps only boundaries, then (after the rest's
-  // backward) its inner plan with δ(e) counted.
-  const int64_t e = stage_range(item.segment).second;
-  const int64_t segment = costs.segment_bytes;
-  for (int64_t k = s; k <= e; ++k) {
-    const int64_t held_input = k == s ? 0 : stages[k - 1].output_bytes;
-    result.peak = std::max(result.peak, segment + grad_t + held_input + stages[k].output_bytes + stages[k].nograd_extra_bytes);
-    result.seconds += stages[k].nograd_seconds;
-  }
-  if (first + 1 < items.size()) {
-    const Simulated rest = simulate_items(items, first + 1, e + 1, t, in_segment, plan, costs);
-    result.peak = std::max(result.peak, segment + stages[e].output_bytes + rest.peak);
-    result.seconds += rest.seconds;
-  }
-  // During its backward a segment holds its saved RNG state and, while recomputing, a copy of the
-  // current one (restored afterwards): two states; and, inside an enclosing segment, the gradients
-  // that one has captured from the stages after e.
-  const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, e + 1, t) : 0;
-  const Simulated inner = simulate_items(item.segment, 0, s, e, /*in_segment=*/true, plan, costs);
-  result.peak = std::max(result.peak, 2 * segment + captured + inner.peak);
-  result.seconds += inner.seconds;
-  return result;
+  return rest;
 }
 
 nlohmann::json run_cost_json(const StageRunCost& c) {
@@ -113,8 +126,9 @@ bool non_negative(const StageRunCost& c) {
 Prediction simulate(const Plan& plan, const CostTable& costs) {
   REMAT_CHECK(plan.stage_names.size() == costs.stages.size(), "simulate: the plan has ", plan.stage_names.size(),
               " stages but the cost table ", costs.stages.size(), ".");
+  plan.check_nesting("simulate");
   const auto n = static_cast<int64_t>(costs.stages.size());
-  const Simulated s = simulate_items(plan.items, 0, 0, n - 1, /*in_segment=*/false, plan, costs);
+  const Simulated s = simulate_items(plan.items, 0, n - 1, /*in_segment=*/false, plan, costs);
   Prediction p;
   p.peak_bytes = s.peak;
   p.step_seconds = s.seconds;

@@ -69,6 +69,33 @@ void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_
   }
 }
 
+// Nesting of JSON containers, walked with a stack of its own (a document may nest 20,000 deep):
+// true when some value lies deeper than `limit`.
+bool json_deeper_than(const nlohmann::json& root, int64_t limit) {
+  std::vector<std::pair<const nlohmann::json*, int64_t>> stack{{&root, 0}};
+  while (!stack.empty()) {
+    const auto [value, depth] = stack.back();
+    stack.pop_back();
+    if (depth > limit) return true;
+    if (value->is_structured()) {
+      for (const auto& child : *value) stack.emplace_back(&child, depth + 1);
+    }
+  }
+  return false;
+}
+
+// An element for an error message: short, and without serialising a deep value recursively.
+std::string describe_json(const nlohmann::json& value) {
+  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " elements";
+  if (value.is_object()) {
+    std::string keys;
+    for (const auto& [key, _] : value.items()) keys += (keys.empty() ? "" : ", ") + ("\"" + key + "\"");
+    return "an object with keys " + (keys.empty() ? std::string("(none)") : keys);
+  }
+  std::string text = value.dump();
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
 std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::vector<std::string>& names,
                                       const std::string& source) {
   REMAT_CHECK(array.is_array(), source, ": a plan or segment must be a JSON array of stage names and ",
@@ -82,7 +109,7 @@ std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::ve
       items.push_back(PlanItem::run(it - names.begin()));
     } else {
       REMAT_CHECK(element.is_object() && element.size() == 1 && element.contains("checkpoint"), source,
-                  ": expected a stage name or {\"checkpoint\": [...]}, found ", element.dump(), ".");
+                  ": expected a stage name or {\"checkpoint\": [...]}, found ", describe_json(element), ".");
       items.push_back(PlanItem::checkpointed(items_from_json(element["checkpoint"], names, source)));
     }
   }
@@ -179,6 +206,8 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   } catch (const nlohmann::json::exception& e) {
     REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected a plan written by Plan::to_json.");
   }
+  REMAT_CHECK(!json_deeper_than(j, 2 * kMaxNesting + 2), source, ": the JSON nests deeper than any plan can (",
+              kMaxNesting, " checkpoint levels at most). Expected a plan written by Plan::to_json.");
   REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-plan", source,
               ": not a remat plan (expected an object with \"format\": \"remat-plan\").");
   REMAT_CHECK(j.value("version", 0) == 1, source, ": plan format version ", j.value("version", 0),
@@ -194,11 +223,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   Plan plan;
   plan.granularity = j["granularity"].get<std::string>();
   for (const auto& s : j["stages"]) {
-    REMAT_CHECK(s.is_string(), source, ": field 'stages' must hold strings, found ", s.dump(), ".");
+    REMAT_CHECK(s.is_string(), source, ": field 'stages' must hold strings, found ", describe_json(s), ".");
     plan.stage_names.push_back(s.get<std::string>());
   }
   for (const auto& o : j["options"]) {
-    REMAT_CHECK(o.is_string(), source, ": field 'options' must hold strings, found ", o.dump(), ".");
+    REMAT_CHECK(o.is_string(), source, ": field 'options' must hold strings, found ", describe_json(o), ".");
     plan.options.push_back(o.get<std::string>());
   }
   REMAT_CHECK(plan.options.size() == plan.stage_names.size(), source, ": 'options' has ", plan.options.size(),
@@ -218,9 +247,14 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       plan.mode = parse_checkpoint_mode(mode.get<std::string>());
     } catch (const c10::Error&) {
       REMAT_CHECK(false, source, ": field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\", found ",
-                  mode.dump(), ".");
+                  describe_json(mode), ".");
     }
   }
+  // {"checkpoint": [...]} is two JSON levels per segment; the field itself, one more.
+  const int64_t most = std::min<int64_t>(static_cast<int64_t>(plan.stage_names.size()), kMaxNesting);
+  REMAT_CHECK(!json_deeper_than(j["plan"], 2 * most + 1), source, ": field 'plan' nests checkpoints more than ", most,
+              " levels deep; a plan of ", plan.stage_names.size(), " stages can use at most ", most,
+              " (one stage per level; remat accepts at most ", kMaxNesting, ").");
   plan.items = items_from_json(j["plan"], plan.stage_names, source);
   int64_t next = 0;
   check_coverage(plan.items, plan, next, source);
@@ -244,9 +278,25 @@ void Plan::validate_against(const Chain& chain) const {
     REMAT_CHECK(std::find(allowed.begin(), allowed.end(), options[i]) != allowed.end(), "stage '", chain_names[i],
                 "' has no option '", options[i], "'; it offers: ", join_names(allowed), ".");
   }
+  check_nesting("the plan");
   int64_t next = 0;
   check_coverage(items, *this, next, "the plan");
   REMAT_CHECK(next == chain.size(), "the plan does not cover every stage of the chain.");
+}
+
+void Plan::check_nesting(const std::string& who) const {
+  const int64_t most = std::min<int64_t>(static_cast<int64_t>(stage_names.size()), kMaxNesting);
+  std::vector<std::pair<const std::vector<PlanItem>*, int64_t>> stack{{&items, 0}};
+  while (!stack.empty()) {
+    const auto [level, depth] = stack.back();
+    stack.pop_back();
+    REMAT_CHECK(depth <= most, who, ": checkpointed segments nest more than ", most, " levels deep; a plan of ",
+                stage_names.size(), " stages can use at most ", most, " (one stage per level; remat accepts at most ",
+                kMaxNesting, ").");
+    for (const auto& item : *level) {
+      if (!item.is_stage()) stack.emplace_back(&item.segment, depth + 1);
+    }
+  }
 }
 
 void Plan::bind_to(const Chain& chain) {

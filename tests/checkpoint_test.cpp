@@ -508,6 +508,25 @@ TEST(NonReentrantCheckpoint, ARecomputeThatSavesOtherTensorsIsAnErrorNamingTheFu
                            "the forward's was Float[6]"});
 }
 
+TEST(NonReentrantCheckpoint, NestedCheckpointsAcceptALeafPassedOnUnchanged) {
+  // The inner checkpoint receives the outer one's input as it is, and that input is a leaf that
+  // requires grad: saved undetached, its recompute met "No grad accumulator for a saved leaf".
+  torch::manual_seed(0);
+  torch::nn::Linear a(6, 6);
+  const auto inner = [&](const at::Tensor& x) { return a(x).tanh() * x; };
+  const auto outer = [&](const at::Tensor& x) {
+    return remat::checkpoint(inner, x, remat::CheckpointOptions().reentrant(false)).sin();
+  };
+  at::Tensor x = torch::randn({3, 6}, torch::requires_grad());
+  remat::checkpoint(outer, x, remat::CheckpointOptions().reentrant(false)).sum().backward();
+  const at::Tensor x_grad = x.grad().clone(), w_grad = a->weight.grad().clone();
+  x.mutable_grad().reset();
+  a->weight.mutable_grad().reset();
+  a(x).tanh().mul(x).sin().sum().backward();
+  EXPECT_TRUE(bitwise_equal(x_grad, x.grad()));
+  EXPECT_TRUE(bitwise_equal(w_grad, a->weight.grad()));
+}
+
 TEST(NonReentrantCheckpoint, MixedNestingGivesThePlainGradients) {
   torch::manual_seed(0);
   torch::nn::Linear a(6, 6), b(6, 6);

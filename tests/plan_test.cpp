@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/cost_model.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/policies.h"
@@ -124,6 +125,79 @@ TEST(Plan, MalformedJsonIsAClearError) {
   REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0"])")), "the plan stops at stage 'block1'");
   REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"keep": ["block0"]}, "block1", "head"])")), "expected a stage name or");
   REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block1", "head"])", R"(["full"])")), "'options' has 1 entries");
+}
+
+TEST(Plan, DeepNestingIsRefusedWithoutRecursingIntoIt) {
+  // 20,000 levels: parsed, measured and refused with a stack of its own (recursion would overflow).
+  const int levels = 20000;
+  std::string deep;
+  for (int i = 0; i < levels; ++i) deep += R"({"checkpoint": [)";
+  deep += R"("block0")";
+  for (int i = 0; i < levels; ++i) deep += "]}";
+  const std::string text = R"({"format": "remat-plan", "version": 1, "granularity": "block",
+    "stages": ["embed", "block0", "block1", "head"], "options": ["full","full","full","full"], "plan": ["embed", )" +
+                           deep + R"(, "block1", "head"]})";
+  REMAT_EXPECT_ERROR(Plan::from_json(text, "deep.json"), "deep.json: the JSON nests deeper than any plan can (256");
+  // Deeper than its stages: meaningless, refused with the numbers.
+  const std::string five = R"({"format": "remat-plan", "version": 1, "granularity": "block",
+    "stages": ["embed", "block0", "block1", "head"], "options": ["full","full","full","full"],
+    "plan": ["embed", {"checkpoint": [{"checkpoint": [{"checkpoint": [{"checkpoint": [{"checkpoint": ["block0"]}]}]}]}]},
+             "block1", "head"]})";
+  REMAT_EXPECT_ERROR(Plan::from_json(five, "five.json"),
+                     "five.json: field 'plan' nests checkpoints more than 4 levels deep; a plan of 4 stages can use at most 4");
+  // A deep element where a stage is expected is described, not serialised.
+  std::string arrays(levels, '[');
+  arrays += std::string(levels, ']');
+  REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 1, "stages": )" + arrays + "}", "a.json"),
+                     "a.json: the JSON nests deeper");
+}
+
+TEST(Plan, AProgrammaticPlanNestedTooDeepIsRefusedByValidationAndSimulation) {
+  Plan plan;
+  plan.granularity = "stages";
+  for (int i = 0; i < 300; ++i) {
+    plan.stage_names.push_back("s" + std::to_string(i));
+    plan.options.push_back("full");
+  }
+  std::vector<remat::PlanItem> items{remat::PlanItem::run(0)};
+  for (int level = 0; level < 5000; ++level) items = {remat::PlanItem::checkpointed(std::move(items))};
+  plan.items = std::move(items);
+  for (int i = 1; i < 300; ++i) plan.items.push_back(remat::PlanItem::run(i));
+  remat::CostTable costs;
+  costs.stages.resize(300);
+  REMAT_EXPECT_ERROR(remat::simulate(plan, costs),
+                     "simulate: checkpointed segments nest more than 256 levels deep; a plan of 300 stages can use at most 256");
+  REMAT_EXPECT_ERROR(plan.check_nesting("the plan"), "more than 256 levels deep");
+}
+
+TEST(Plan, AHundredThousandStagePlanSimulatesWithoutDeepRecursion) {
+  // Items are costed in a loop: a flat plan's length is not a recursion depth.
+  const int n = 100000;
+  Plan plan;
+  plan.granularity = "stages";
+  remat::CostTable costs;
+  for (int i = 0; i < n; ++i) {
+    plan.stage_names.push_back("s" + std::to_string(i));
+    plan.options.push_back("full");
+    plan.items.push_back(i % 2 ? remat::PlanItem::checkpointed({remat::PlanItem::run(i)}) : remat::PlanItem::run(i));
+    remat::StageCost stage;
+    stage.name = plan.stage_names.back();
+    stage.output_bytes = 1;
+    stage.nograd_seconds = 1e-3;
+    remat::StageOptionCost option;
+    option.option = "full";
+    option.kept_bytes = 1;
+    option.forward_seconds = 1e-3;
+    option.backward_seconds = 2e-3;
+    option.graph_only = static_cast<const remat::StageRunCost&>(option);
+    stage.options.push_back(option);
+    costs.stages.push_back(stage);
+  }
+  const remat::Prediction p = remat::simulate(plan, costs);
+  // Every stage's forward and backward once, the checkpointed half's forward once more.
+  EXPECT_NEAR(p.step_seconds, n * 3e-3 + (n / 2) * 1e-3, 1e-6 * n);
+  EXPECT_EQ(p.recomputed_stages, n / 2);
+  EXPECT_GT(p.peak_bytes, n / 2) << "the unchecked half's kept bytes are all held at the peak";
 }
 
 TEST(Plan, APlanForAnotherChainIsRefused) {

@@ -62,6 +62,14 @@ struct Plan {
 
   /// How many checkpointed segments enclose each stage (its recompute count per step).
   std::vector<int64_t> recompute_depths() const;
+
+  /// The deepest nesting of checkpointed segments accepted: deeper than the number of stages is
+  /// meaningless (each level needs a stage of its own to differ), and plans are walked
+  /// recursively level by level, so the bound also keeps the stack small.
+  static constexpr int64_t kMaxNesting = 256;
+  /// Throws a clear error (naming `who`) when segments nest deeper than min(stages, kMaxNesting).
+  /// Iterative: safe on any plan.
+  void check_nesting(const std::string& who) const;
 };
 
 /// Runs `chain` under `plan` on `input` (the model's input); returns the last stage's output.
