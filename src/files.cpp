@@ -100,6 +100,34 @@ void write_file_atomically(const std::string& path, const std::string& text) {
   sync_to_disk(folder_of(target));
 }
 
+std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO without a writer must not wait; the type is then read off the
+  // opened file itself, so it cannot change between the check and the read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REMAT_CHECK(fd >= 0, what, " '", path, "' cannot be read (", std::strerror(errno), ").");
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {
+    const bool regular = S_ISREG(st.st_mode);
+    ::close(fd);
+    REMAT_CHECK(regular, what, " '", path, "' is ", kind_of(st.st_mode), "; give the name of a regular file.");
+    REMAT_CHECK(false, what, " '", path, "' holds ", st.st_size, " bytes, more than the ", max_bytes,
+                " this file can sensibly be; is it the right file?");
+  }
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // shrunk while being read: what was there
+    done += static_cast<size_t>(n);
+  }
+  const int read_errno = errno;
+  ::close(fd);
+  REMAT_CHECK(done == text.size() || read_errno == 0, what, " '", path, "' cannot be read (", std::strerror(read_errno), ").");
+  text.resize(done);
+  return text;
+}
+
 void sync_to_disk(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {

@@ -1,4 +1,4 @@
-// write_file_atomically: regular files replaced whole, special files refused and left as they
+// write_file_atomically and read_regular_file: regular files replaced whole and read whole, special files refused and left as they
 // were, symbolic links followed (the link kept), permissions kept, no temporaries left behind.
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -41,6 +41,15 @@ class AtomicWrite : public ::testing::Test {
   static std::string refusal(const std::string& path) {
     try {
       remat::write_file_atomically(path, "new");
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  static std::string refusal_to_read(const std::string& path) {
+    try {
+      remat::read_regular_file(path, "--profile");
     } catch (const std::exception& e) {
       return e.what();
     }
@@ -119,6 +128,31 @@ TEST_F(AtomicWrite, KeepsThePermissionsOfTheFileItReplaces) {
 TEST_F(AtomicWrite, AMissingFolderIsAClearError) {
   const std::string message = refusal(at("no/such/folder/plan.json"));
   EXPECT_NE(message.find("check that its folder exists"), std::string::npos) << message;
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(AtomicWrite, ReadsARegularFileWhole) {
+  remat::write_file_atomically(at("profile.json"), std::string(100000, 'x'));
+  EXPECT_EQ(remat::read_regular_file(at("profile.json"), "--profile"), std::string(100000, 'x'));
+}
+
+TEST_F(AtomicWrite, ReadingRefusesFifosDevicesFoldersAndHugeFilesWithoutReading) {
+  ASSERT_EQ(::mkfifo(at("fifo").c_str(), 0600), 0);  // no writer: a plain read would block forever
+  EXPECT_NE(refusal_to_read(at("fifo")).find("--profile '" + at("fifo") + "' is a FIFO; give the name of a regular file"),
+            std::string::npos);
+  EXPECT_NE(refusal_to_read("/dev/zero").find("is a character device"), std::string::npos);  // would never end
+  EXPECT_NE(refusal_to_read(folder_.string()).find("is a folder"), std::string::npos);
+  remat::write_file_atomically(at("big"), std::string(2000, 'x'));
+  try {
+    remat::read_regular_file(at("big"), "--plan", 1000);
+    ADD_FAILURE() << "a file above the cap was read";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("holds 2000 bytes, more than the 1000"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(refusal_to_read(at("missing")).find("cannot be read (No such file"), std::string::npos);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 //   remat::write_file_atomically("plan.json", plan.to_json());
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace remat {
@@ -15,6 +16,11 @@ namespace remat {
 /// device node, FIFO, socket or folder at `path` is refused (a rename would replace it); a
 /// symbolic link is followed, and the file it names is replaced, keeping its permissions.
 void write_file_atomically(const std::string& path, const std::string& text);
+
+/// Reads a whole regular file of at most `max_bytes`; `what` names it in errors ("the profile").
+/// A FIFO, device or folder is refused without reading from it (a FIFO would block, /dev/zero
+/// never end), and so is a larger file, before anything is allocated.
+std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes = int64_t{64} << 20);
 
 /// Flushes a file or a directory (its entries: a rename into it) to disk; quietly does nothing
 /// where the system cannot.

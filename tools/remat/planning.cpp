@@ -46,11 +46,8 @@ void save_profile(const ModelCosts& costs, const std::string& path) {
 }
 
 ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& options) {
-  std::ifstream in(path);
-  REMAT_CHECK(in.good(), "--profile: cannot read '", path, "'; write one with `remat profile --save-profile FILE`.");
-  std::ostringstream text;
-  text << in.rdbuf();
-  ModelCosts costs = models::gpt_costs_from_json(text.str(), path);
+  const std::string text = read_regular_file(path, "--profile");
+  ModelCosts costs = models::gpt_costs_from_json(text, path);
   models::check_gpt_costs(costs, options.model, options.batch, path);
   return costs;
 }

@@ -12,6 +12,7 @@
 
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
+#include "remat/files.h"
 #include "remat/statistics.h"
 #include "remat/memory.h"
 #include "remat/models/estimator.h"
@@ -31,12 +32,7 @@ nlohmann::json config_json(const models::GptConfig& c) {
 }
 
 std::string read_text(const std::string& path, const std::string& what) {
-  std::error_code error;
-  REMAT_CHECK(fs::is_regular_file(path, error), what, " '", path, "' does not exist or is not a file.");
-  std::ifstream in(path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_regular_file(path, what);
 }
 
 void check_options(const TrainOptions& o) {
