@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "remat/files.h"
+#include "support/compare.h"
 
 namespace fs = std::filesystem;
 
@@ -39,21 +40,11 @@ class AtomicWrite : public ::testing::Test {
   int entries() const { return static_cast<int>(std::distance(fs::directory_iterator(folder_), fs::directory_iterator())); }
 
   static std::string refusal(const std::string& path) {
-    try {
-      remat::write_file_atomically(path, "new");
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "";
+    return remat::testing::error_of([&] { remat::write_file_atomically(path, "new"); });
   }
 
   static std::string refusal_to_read(const std::string& path) {
-    try {
-      remat::read_regular_file(path, "--profile");
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "";
+    return remat::testing::error_of([&] { remat::read_regular_file(path, "--profile"); });
   }
 
   fs::path folder_;
@@ -146,12 +137,7 @@ TEST_F(AtomicWrite, ReadingRefusesFifosDevicesFoldersAndHugeFilesWithoutReading)
   EXPECT_NE(refusal_to_read("/dev/zero").find("is a character device"), std::string::npos);  // would never end
   EXPECT_NE(refusal_to_read(folder_.string()).find("is a folder"), std::string::npos);
   remat::write_file_atomically(at("big"), std::string(2000, 'x'));
-  try {
-    remat::read_regular_file(at("big"), "--plan", 1000);
-    ADD_FAILURE() << "a file above the cap was read";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("holds 2000 bytes, more than the 1000"), std::string::npos) << e.what();
-  }
+  REMAT_EXPECT_ERROR(remat::read_regular_file(at("big"), "--plan", 1000), "holds 2000 bytes, more than the 1000");
   EXPECT_NE(refusal_to_read(at("missing")).find("cannot be read (No such file"), std::string::npos);
 }
 
