@@ -41,13 +41,8 @@ int64_t parameter_bytes_between(const CostTable& costs, int64_t first, int64_t l
 // Each item's cost needs the cost of the items after it: they are costed last to first, in a loop
 // (a plan may have 100,000 items); only nested segments recurse, as deep as the plan nests
 // (Plan::kMaxNesting at most).
-Simulated simulate_items(const std::vector<PlanItem>& items, int64_t s, int64_t t, bool in_segment, const Plan& plan,
+Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_segment, const Plan& plan,
                          const CostTable& costs) {
-  std::vector<int64_t> starts(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    starts[i] = s;
-    s = (items[i].is_stage() ? items[i].stage : stage_range(items[i].segment).second) + 1;
-  }
   const auto& stages = costs.stages;
   const int64_t grad_t = stages[t].output_bytes;
   // Non-reentrant segments add each parameter's gradient into .grad as its node finishes.
@@ -56,7 +51,8 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t s, int64_t 
   for (size_t i = items.size(); i-- > 0;) {
     const PlanItem& item = items[i];
     const bool has_rest = i + 1 < items.size();
-    const int64_t first = starts[i];
+    // The stages [first, e] this item runs (a stage item: e == first).
+    const auto [first, e] = item.is_stage() ? std::make_pair(item.stage, item.stage) : stage_range(item.segment);
     Simulated result;
     if (item.is_stage()) {
       const StageCost& c = stages[first];
@@ -77,7 +73,6 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t s, int64_t 
     }
     // A checkpointed segment [first, e]: a forward that keeps only boundaries, then (after the
     // rest's backward) its inner plan with δ(e) counted.
-    const int64_t e = stage_range(item.segment).second;
     const int64_t segment = costs.segment_bytes;
     for (int64_t k = first; k <= e; ++k) {
       const int64_t held_input = k == first ? 0 : stages[k - 1].output_bytes;
@@ -93,7 +88,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t s, int64_t 
     // the current one (restored afterwards): two states; and, inside an enclosing segment, the
     // gradients that one has captured from the stages after e.
     const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, e + 1, t) : 0;
-    const Simulated inner = simulate_items(item.segment, first, e, /*in_segment=*/true, plan, costs);
+    const Simulated inner = simulate_items(item.segment, e, /*in_segment=*/true, plan, costs);
     result.peak = std::max(result.peak, 2 * segment + captured + inner.peak);
     result.seconds += inner.seconds;
     rest = result;
@@ -128,7 +123,7 @@ Prediction simulate(const Plan& plan, const CostTable& costs) {
               " stages but the cost table ", costs.stages.size(), ".");
   plan.check_nesting("simulate");
   const auto n = static_cast<int64_t>(costs.stages.size());
-  const Simulated s = simulate_items(plan.items, 0, n - 1, /*in_segment=*/false, plan, costs);
+  const Simulated s = simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs);
   Prediction p;
   p.peak_bytes = s.peak;
   p.step_seconds = s.seconds;
