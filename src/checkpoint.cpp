@@ -16,6 +16,7 @@
 
 #include "detail/forward_state.h"
 #include "detail/recompute_state.h"
+#include "detail/saved_versions.h"
 #include "detail/torch_compat.h"
 #include "remat/error.h"
 #include "remat/memory_timeline.h"
@@ -112,6 +113,7 @@ struct CheckpointState : torch::CustomClassHolder {
   detail::RngSnapshot rng;
   size_t num_rng_tensors = 0;
   detail::AutocastSnapshot autocast;
+  detail::SavedVersions versions;  // of the inputs and of what the forward's operations saved
   variable_list forward_outputs;  // handed from checkpoint() to forward(), then released
 };
 
@@ -203,6 +205,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     auto state = c10::static_intrusive_pointer_cast<CheckpointState>(
         ctx->saved_data["state"].toCapsule());
     const std::string& name = state->options.name();
+    // Before LibTorch's own check of the saved inputs: this message names the checkpoint.
+    state->versions.check(name);
     // Throws LibTorch's "backward through the graph a second time" error once the saved tensors
     // were released by a backward without retain_graph.
     variable_list saved = ctx->get_saved_variables();
@@ -220,8 +224,8 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     // recompute runs on them; otherwise on detached copies, which keeps the recompute's graph apart.
     const bool create_graph = c10::GradMode::is_enabled();
     variable_list recompute_inputs = create_graph ? inputs : detach_like(inputs, state->input_requires_grad);
-    // Undone only after the recomputed graph's backward: BatchNorm's saves the running statistics,
-    // and restoring them earlier would trip its version check.
+    // Undone only after the recomputed graph's backward, which may read them (BatchNorm's saves the
+    // running statistics).
     detail::RestoreTensorsScope restore(state->options.restore_after_recompute());
     variable_list outputs;
     {
@@ -321,6 +325,7 @@ struct Frame : std::enable_shared_from_this<Frame> {
   detail::RngSnapshot rng;
   detail::AutocastSnapshot autocast;
 
+  detail::SavedVersions versions;      // of the inputs and of what the forward saved
   std::vector<SavedMeta> packed;       // what the forward saved, per handle
   std::vector<bool> alive;             // the handle's saved variable still exists
   std::vector<at::Tensor> recomputed;  // filled by a recompute, taken by the handle's unpack
@@ -341,7 +346,10 @@ struct Handle final : detail::SavedTensorHooks {
     frame_->alive[index_] = false;
     frame_->recomputed[index_] = at::Tensor();
   }
-  void call_pack_hook(const at::Tensor& tensor) override { frame_->packed[index_] = SavedMeta::of(tensor); }
+  void call_pack_hook(const at::Tensor& tensor) override {
+    frame_->packed[index_] = SavedMeta::of(tensor);
+    frame_->versions.record(tensor);
+  }
   at::Tensor call_unpack_hook() override {
     if (!frame_->recomputed[index_].defined()) frame_->recompute();
     return std::exchange(frame_->recomputed[index_], at::Tensor());
@@ -383,6 +391,7 @@ void Frame::recompute() {
   }
   if (!any) return;
   auto keep_alive = shared_from_this();  // the unpacking handle may be the last owner
+  versions.check(options.name());
   variable_list args;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor input = inputs[i].unpack();
@@ -420,6 +429,7 @@ std::vector<at::Tensor> checkpoint_non_reentrant(const TensorListFunction& fn, c
     // so an in-place change is still refused.
     frame->inputs.emplace_back(t.defined() ? t.detach() : t, /*is_output=*/false);
     frame->input_requires_grad.push_back(t.defined() && t.requires_grad());
+    frame->versions.record(t);
   }
   frame->autocast = detail::AutocastSnapshot::capture();
   if (options.preserve_rng_state()) frame->rng = detail::RngSnapshot::capture(inputs);
@@ -480,6 +490,7 @@ std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vect
   for (const auto& t : inputs) {
     state->input_defined.push_back(t.defined());
     state->input_requires_grad.push_back(t.defined() && t.requires_grad());
+    state->versions.record(t);
   }
   state->autocast = detail::AutocastSnapshot::capture();
   if (options.preserve_rng_state()) state->rng = detail::RngSnapshot::capture(inputs);
@@ -490,7 +501,7 @@ std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vect
   variable_list outputs;
   std::vector<at::Tensor> parameters;
   {
-    detail::DropSavedTensorsScope drop_saved;
+    detail::DropSavedTensorsScope drop_saved(&state->versions);
     const uint64_t first_sequence_nr = at::sequence_number::peek();
     outputs = fn(forward_inputs);
     check_outputs(outputs, options.name());

@@ -1,6 +1,7 @@
 // The checkpoint mechanism: gradients, parameters, RNG, autocast, nesting, errors, in both modes
 // (one suite, run reentrant and non-reentrant), then what only the non-reentrant mode does.
 #include <atomic>
+#include <functional>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -440,6 +441,84 @@ TEST_P(Checkpoint, CapturingANonLeafTensorThatRequiresGradIsAnErrorWhereReentran
   // Non-reentrant: the forward's own graph reaches it; its gradient flows as without checkpoint.
   remat::checkpoint(fn, x).sum().backward();
   EXPECT_TRUE(x.grad().allclose(computed_outside.detach() + x.detach() * computed_outside.detach()));
+}
+
+// An in-place change, between forward and backward, to a tensor the function saved: the plain run
+// refuses it ("modified by an inplace operation"), so a checkpoint must too, before its recompute
+// reads the new values. `change` runs between the two.
+static void expect_in_place_change_refused(const remat::TensorFunction& fn, const at::Tensor& x,
+                                    const std::function<void()>& change, const std::string& described) {
+  at::Tensor plain = fn(x);
+  change();
+  expect_error_containing([&] { plain.sum().backward(); }, {"modified by an inplace operation"});
+  at::Tensor checkpointed = remat::checkpoint(fn, x, remat::CheckpointOptions().name("block7"));
+  change();
+  expect_error_containing([&] { checkpointed.sum().backward(); },
+                          {"checkpoint 'block7'", described, "modified in place after the forward",
+                           "clone it before changing it in place"});
+}
+
+TEST_P(Checkpoint, ACapturedTensorChangedInPlaceBeforeBackwardIsRefused) {
+  at::Tensor x = torch::randn({4, 3}, torch::requires_grad());
+  at::Tensor scale = torch::randn({3});  // captured, not an input, no grad
+  expect_in_place_change_refused([&](const at::Tensor& in) { return (in * scale).tanh(); }, x,
+                                 [&] { scale.add_(1); }, "Float[3]");
+}
+
+TEST_P(Checkpoint, AParameterChangedInPlaceBeforeBackwardIsRefused) {
+  torch::manual_seed(0);
+  torch::nn::Linear linear(3, 5);
+  at::Tensor x = torch::randn({4, 3}, torch::requires_grad());
+  auto optimizer_like_step = [&] {
+    torch::NoGradGuard no_grad;
+    linear->weight.sub_(0.1);
+  };
+  expect_in_place_change_refused([&](const at::Tensor& in) { return linear(in).relu(); }, x, optimizer_like_step,
+                                 "Float[5, 3]");
+}
+
+TEST_P(Checkpoint, AnInputChangedInPlaceBeforeBackwardIsRefusedNamingTheCheckpoint) {
+  at::Tensor leaf = torch::randn({2, 6}, torch::requires_grad());
+  at::Tensor x = leaf * 1;  // a non-leaf, so it may change in place
+  expect_in_place_change_refused([](const at::Tensor& in) { return in.sin(); }, x, [&] { x.mul_(2); },
+                                 "Float[2, 6]");
+}
+
+TEST_P(Checkpoint, ChangesTheBackwardDoesNotReadAreAccepted) {
+  torch::manual_seed(0);
+  torch::nn::Linear linear(3, 3);
+  at::Tensor x = torch::randn({4, 3});
+  // A result no operation saved (a matmul saves its inputs), changed in place: accepted as in the
+  // plain run, with the plain gradients.
+  auto run = [&](bool checkpointed) {
+    linear->zero_grad();
+    auto fn = [&](const at::Tensor& in) { return linear(in); };
+    at::Tensor y = checkpointed ? remat::checkpoint(fn, x) : fn(x);
+    y.mul_(3);
+    y.pow(2).sum().backward();
+    return linear->weight.grad().clone();
+  };
+  EXPECT_TRUE(bitwise_equal(run(false), run(true)));
+  // A parameter changed after backward (the optimizer step in its place): the next step is fine.
+  {
+    torch::NoGradGuard no_grad;
+    linear->weight.sub_(0.1);
+  }
+  EXPECT_TRUE(bitwise_equal(run(false), run(true)));
+}
+
+TEST_P(Checkpoint, ABatchNormSharedByTwoCheckpointsRestoresItsStatisticsWithoutARefusal) {
+  torch::manual_seed(0);
+  torch::nn::BatchNorm1d bn(4);
+  at::Tensor x = torch::randn({16, 4}, torch::requires_grad());
+  auto fn = [&](const at::Tensor& in) { return bn(in).relu(); };
+  const auto options = remat::CheckpointOptions().restore_after_recompute(bn->buffers());
+  at::Tensor a = remat::checkpoint(fn, x, options);
+  at::Tensor b = remat::checkpoint(fn, x * 2, options);
+  const at::Tensor statistics = bn->running_mean.clone();
+  (a.sum() + b.pow(2).sum()).backward({}, /*retain_graph=*/true);
+  a.sum().backward();  // a second backward recomputes `a` again
+  EXPECT_TRUE(bitwise_equal(statistics, bn->running_mean));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,12 @@
 // checkpoint's autograd node. Hence parameters get gradients even when no input requires grad,
 // `torch::autograd::grad` works, and a parameter's hooks fire once per backward.
 //
+// A tensor the forward saved for backward (an input, a parameter, a tensor `fn` captures) that
+// changes in place before the recompute reads it is refused with an error naming the checkpoint,
+// where the unchecked program raises LibTorch's "modified by an inplace operation": the version of
+// each is recorded at forward and compared before the recompute (PyTorch's checkpoint does not
+// check captured tensors; LibTorch skips the check for tensors saved through hooks).
+//
 // Under `torch::NoGradGuard`, `checkpoint` just calls `fn`.
 //
 // Two modes (CheckpointMode):

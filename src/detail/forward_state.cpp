@@ -4,12 +4,14 @@
 
 #include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/saved_variable_hooks.h>
 
+#include "detail/saved_versions.h"
 #include "detail/torch_compat.h"
 #include "remat/error.h"
 
@@ -124,6 +126,10 @@ RestoreTensorsScope::RestoreTensorsScope(const std::vector<at::Tensor>& tensors)
 
 RestoreTensorsScope::~RestoreTensorsScope() {
   c10::NoGradGuard no_grad;
+  // Below the version counter, as BatchNorm's own update of its running statistics is: undoing the
+  // recompute's update must not look like an in-place change to a checkpoint that saved them
+  // (SavedVersions), or a second checkpoint sharing the module would refuse to recompute.
+  at::AutoDispatchBelowADInplaceOrView below_version_counter;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (copies_[i].defined()) const_cast<at::Tensor&>(tensors_[i]).copy_(copies_[i]);
   }
@@ -140,13 +146,19 @@ namespace {
 thread_local std::vector<SavedTensorHooksScope::Factory> hook_factories;
 
 struct DroppedSavedTensor final : SavedTensorHooks {
-  DroppedSavedTensor() : SavedTensorHooks("checkpoint's parameter discovery") {}
-  void call_pack_hook(const at::Tensor& /*tensor*/) override {}
+  explicit DroppedSavedTensor(SavedVersions* versions)
+      : SavedTensorHooks("checkpoint's parameter discovery"), versions_(versions) {}
+  void call_pack_hook(const at::Tensor& tensor) override {
+    if (versions_ != nullptr) versions_->record(tensor);
+  }
   at::Tensor call_unpack_hook() override {
     TORCH_CHECK(false,
                 "remat: internal error: backward reached a graph that checkpoint recorded only to "
                 "find parameters; its saved tensors were dropped. Please report this.");
   }
+
+ private:
+  SavedVersions* versions_;
 };
 
 struct RematEngine final : torch::autograd::Engine {
@@ -174,7 +186,7 @@ SavedTensorHooksScope::SavedTensorHooksScope(Factory make) {
 
 SavedTensorHooksScope::~SavedTensorHooksScope() { hook_factories.pop_back(); }
 
-DropSavedTensorsScope::DropSavedTensorsScope()
-    : hooks_([] { return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor()); }) {}
+DropSavedTensorsScope::DropSavedTensorsScope(SavedVersions* versions)
+    : hooks_([versions] { return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor(versions)); }) {}
 
 }  // namespace remat::detail

@@ -27,6 +27,8 @@ class SavedVariable;
 
 namespace remat::detail {
 
+class SavedVersions;
+
 /// RNG states of the CPU generator and of the CUDA devices the inputs live on.
 class RngSnapshot {
  public:
@@ -127,7 +129,8 @@ class SavedTensorHooksScope {
 /// Using such a graph for backward raises an error naming remat.
 class DropSavedTensorsScope {
  public:
-  DropSavedTensorsScope();
+  /// `versions`, if given, records each dropped tensor's version (it must outlive the scope).
+  explicit DropSavedTensorsScope(SavedVersions* versions = nullptr);
   DropSavedTensorsScope(const DropSavedTensorsScope&) = delete;
   DropSavedTensorsScope& operator=(const DropSavedTensorsScope&) = delete;
 
