@@ -6,9 +6,9 @@
 #include "remat/models/estimator.h"
 #include "remat/planner.h"
 
-int main() {
+int main(int argc, char** argv) {
   remat::models::GptConfig config;
-  config.layers = 47;
+  config.layers = argc > 1 ? std::stoi(argv[1]) : 47;
   config.hidden = 1024;
   config.heads = 16;
   config.sequence = 1024;
@@ -18,7 +18,9 @@ int main() {
   const auto costs = remat::models::estimate_gpt(config, options).costs;
   remat::models::GptChainShape chain(config.layers, "half");
   std::cout << "optimal planner on " << costs.stages.size() << " stages (GPT " << config.describe() << ", half blocks)\n";
-  for (int64_t slots : {250, 500, 1000, 2000, 4000}) {
+  std::vector<int64_t> slot_counts{250, 500, 1000, 2000, 4000};
+  if (argc > 2) slot_counts.assign(1, std::stoll(argv[2]));
+  for (int64_t slots : slot_counts) {
     const auto start = std::chrono::steady_clock::now();
     const remat::OptimalPlanner planner(costs, remat::Plan::plain(chain), slots);
     const auto result = planner.plan(planner.min_feasible_budget_bytes() * 2);

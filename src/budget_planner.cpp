@@ -28,11 +28,17 @@ double BudgetPlan::predicted_overhead() const {
 int64_t least_feasible_budget(const CostTable& costs, const Plan& plan_template, int64_t memory_slots) {
   // The whole range first (up to twice the unchecked peak: rounding headroom), then a grid whose
   // unit is 2·least/slots, so the answer is within a fraction of a percent of the true least.
+  // On a chain of many small stages, sizes rounded up to a coarse unit make the first answer far
+  // too high: refine until it stops falling (a few rounds).
   const OptimalPlanner coarse(costs, plan_template, memory_slots);
   int64_t least = coarse.min_feasible_budget_bytes();
-  if (least > 0) {
+  for (int round = 0; round < 6 && least > 0; ++round) {
     const int64_t refined = OptimalPlanner(costs, plan_template, memory_slots, 2 * least).min_feasible_budget_bytes();
-    if (refined > 0) least = std::min(least, refined);
+    if (refined <= 0 || refined >= least - least / 100) {
+      if (refined > 0) least = std::min(least, refined);
+      break;
+    }
+    least = refined;
   }
   return least;
 }

@@ -50,8 +50,38 @@ std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
 }  // namespace
 
 size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
-  return interval_offset_[s * n_ + t] + static_cast<size_t>(m);
+  // Row s holds the ranges s..s+L-1 that fit inside a segment, then s..n-1 (the top level's rest).
+  const int64_t slot = t - s < max_segment_ ? t - s : max_segment_;
+  return (row_offset_[s] + static_cast<size_t>(slot)) * static_cast<size_t>(slots_ + 1) + static_cast<size_t>(m);
 }
+
+namespace {
+
+// Bounds on the table (12 bytes an entry) and on the slot updates filling it: about a second a
+// billion updates here, so a plan takes seconds and a GiB at most, whatever the chain's length.
+constexpr double kMaxTableEntries = (1 << 30) / 12.0;
+constexpr double kMaxSlotUpdates = 3e9;
+
+struct TableSize {
+  double entries = 0, updates = 0;
+};
+
+// Ranges inside a segment of at most `longest` stages, plus each stage's range to the end of the chain.
+TableSize table_size(int64_t n, int64_t longest, int64_t slots, int64_t options) {
+  TableSize size;
+  const double row = static_cast<double>(slots + 1);
+  for (int64_t length = 1; length <= std::min(longest, n); ++length) {
+    const double ranges = static_cast<double>(n - length + 1);
+    size.entries += ranges * row;
+    size.updates += ranges * row * static_cast<double>(options + length - 1);
+  }
+  const double longer = static_cast<double>(std::max<int64_t>(0, n - longest));
+  size.entries += longer * row;
+  size.updates += longer * row * static_cast<double>(options + longest);
+  return size;
+}
+
+}  // namespace
 
 int64_t OptimalPlanner::captured_units(int64_t first, int64_t t) const {
   if (template_.mode == CheckpointMode::non_reentrant) return 0;  // gradients go to .grad as they come
@@ -84,14 +114,28 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
   for (const auto& s : stages) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
 
-  interval_offset_.assign(n_ * n_, 0);
-  size_t total = 0;
-  for (int64_t s = 0; s < n_; ++s) {
-    for (int64_t t = s; t < n_; ++t) {
-      interval_offset_[s * n_ + t] = total;
-      total += static_cast<size_t>(slots_ + 1);
-    }
+  // A segment nested inside another is at most max_segment_ stages long: all of them on chains the
+  // bounds allow (the exact optimum), fewer on long ones (the optimum among such plans).
+  auto fits = [&](int64_t longest) {
+    const TableSize size = table_size(n_, longest, slots_, max_options_);
+    return size.entries <= kMaxTableEntries && size.updates <= kMaxSlotUpdates;
+  };
+  REMAT_CHECK(fits(1), "planner: a chain of ", n_, " stages with ", slots_, " memory slots needs a table of ",
+              table_size(n_, 1, slots_, max_options_).entries, " entries or more (at most ", kMaxTableEntries,
+              "); plan fewer stages (a coarser granularity) or with fewer memory slots.");
+  // Nesting needs a stage per level: segments longer than a plan may nest would be wasted.
+  int64_t fitting = 1, too_long = std::min<int64_t>(n_, Plan::kMaxNesting) + 1;  // by bisection
+  while (too_long - fitting > 1) {
+    const int64_t mid = fitting + (too_long - fitting) / 2;
+    (fits(mid) ? fitting : too_long) = mid;
   }
+  max_segment_ = fitting;
+  row_offset_.assign(n_ + 1, 0);
+  for (int64_t s = 0; s < n_; ++s) {
+    const int64_t inside = std::min(max_segment_, n_ - s);
+    row_offset_[s + 1] = row_offset_[s] + static_cast<size_t>(inside + (n_ - 1 - s >= max_segment_ ? 1 : 0));
+  }
+  const size_t total = row_offset_[n_] * static_cast<size_t>(slots_ + 1);
   table_.assign(total, kInfinity);
   choice_.assign(total, -1);
   // Subproblems that end before the last stage are the inside of a checkpointed segment (a segment
@@ -106,6 +150,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   for (int64_t length = 1; length <= n_; ++length) {
     for (int64_t s = 0; s + length - 1 < n_; ++s) {
       const int64_t t = s + length - 1;
+      if (length > max_segment_ && t != n_ - 1) continue;  // longer than a nested segment may be
       const UnitStage& first = stages[s];
       const int64_t grad_t = stages[t].x;
       double* row = &table_[index(s, t, 0)];
@@ -139,7 +184,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
       // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
       double forward_seconds = 0;
       int64_t forward_peak = 0;
-      for (int64_t j = s + 1; j <= t; ++j) {
+      for (int64_t j = s + 1; j <= std::min(t, s + max_segment_); ++j) {
         const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
         const int64_t held_input = k == s ? 0 : stages[k - 1].x;
         forward_peak = std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
@@ -162,14 +207,13 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
     }
   }
   // Least memory: the first slot where the whole chain is feasible (the table is monotone in m).
-  int64_t m_min = -1;
-  for (int64_t m = 0; m <= slots_ && m_min < 0; ++m) {
-    if (table_[index(0, n_ - 1, m)] < kInfinity) m_min = m;
+  for (int64_t m = 0; m <= slots_ && min_units_ < 0; ++m) {
+    if (table_[index(0, n_ - 1, m)] < kInfinity) min_units_ = m;
   }
-  if (m_min >= 0) {
+  if (min_units_ >= 0) {
     Plan plan = template_;
     plan.items.clear();
-    build(0, n_ - 1, m_min, plan.items, plan);
+    build(0, n_ - 1, min_units_, plan.items, plan);
     min_feasible_bytes_ = simulate(plan, costs_).peak_bytes;
   } else {
     min_feasible_bytes_ = -1;
@@ -178,24 +222,28 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
 }
 
 void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {
-  m = std::min(m, slots_);
-  const int32_t choice = choice_[index(s, t, m)];
-  TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
-  const auto kept_units = [&](int64_t stage, size_t option) {
-    return round_up(costs_.stages[stage].options[option].kept_bytes, unit_);
-  };
-  if (choice < max_options_) {
-    plan.options[s] = costs_.stages[s].options[choice].option;
-    items.push_back(PlanItem::run(s));
-    if (s < t) build(s + 1, t, m - kept_units(s, choice), items, plan);
-    return;
-  }
-  const int64_t j = choice - max_options_;
+  // Along the range in a loop; only a segment's inside recurses (depth: the nesting, at most
+  // max_segment_ levels).
   const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
-  std::vector<PlanItem> inner;
-  build(s, j - 1, m - 2 * segment_units - captured_units(j, t), inner, plan);
-  items.push_back(PlanItem::checkpointed(std::move(inner)));
-  build(j, t, m - segment_units - round_up(costs_.stages[j - 1].output_bytes, unit_), items, plan);
+  while (true) {
+    m = std::min(m, slots_);
+    const int32_t choice = choice_[index(s, t, m)];
+    TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
+    if (choice < max_options_) {
+      plan.options[s] = costs_.stages[s].options[choice].option;
+      items.push_back(PlanItem::run(s));
+      if (s == t) return;
+      m -= round_up(costs_.stages[s].options[choice].kept_bytes, unit_);
+      ++s;
+      continue;
+    }
+    const int64_t j = choice - max_options_;
+    std::vector<PlanItem> inner;
+    build(s, j - 1, m - 2 * segment_units - captured_units(j, t), inner, plan);
+    items.push_back(PlanItem::checkpointed(std::move(inner)));
+    m -= segment_units + round_up(costs_.stages[j - 1].output_bytes, unit_);
+    s = j;
+  }
 }
 
 double OptimalPlanner::least_seconds(int64_t budget_bytes) const {
@@ -207,13 +255,26 @@ PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
   PlanResult result;
   result.budget_bytes = budget_bytes;
   result.min_feasible_budget_bytes = min_feasible_bytes_;
-  const int64_t m = budget_bytes < 0 ? -1 : std::min<int64_t>(budget_bytes / unit_, slots_);
-  if (m >= 0 && table_[index(0, n_ - 1, m)] < kInfinity) {
-    result.feasible = true;
-    result.plan = template_;
-    result.plan.items.clear();
-    build(0, n_ - 1, m, result.plan.items, result.plan);
-    result.prediction = simulate(result.plan, costs_);
+  // Sizes round up, so the budget's row holds a plan that fits; on a chain of many small stages the
+  // rounding adds up, and rows above the budget's may hold faster plans that still fit in bytes:
+  // step up by the slack the simulator finds while they do.
+  // The least-memory row's plan fits any budget of at least its peak, whatever the rounding.
+  int64_t first = budget_bytes < 0 ? -1 : std::min<int64_t>(budget_bytes / unit_, slots_);
+  if (min_units_ >= 0 && first < min_units_ && budget_bytes >= min_feasible_bytes_) first = min_units_;
+  for (int64_t m = first; m >= 0 && m <= slots_;) {
+    if (table_[index(0, n_ - 1, m)] == kInfinity) break;
+    Plan plan = template_;
+    plan.items.clear();
+    build(0, n_ - 1, m, plan.items, plan);
+    const Prediction prediction = simulate(plan, costs_);
+    if (prediction.peak_bytes > budget_bytes) break;
+    if (!result.feasible || prediction.step_seconds < result.prediction.step_seconds) {
+      result.feasible = true;
+      result.plan = std::move(plan);
+      result.prediction = prediction;
+    }
+    if (m == slots_) break;
+    m += std::max<int64_t>(1, (budget_bytes - prediction.peak_bytes) / unit_);
   }
   result.solve_seconds = fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -296,3 +296,44 @@ TEST(CostTable, GraphOnlyCostsRoundTripAndOlderProfilesFallBackToThePlainOnes) {
   missing.replace(missing.find(field), field.size(), "\"kept\": 333");
   REMAT_EXPECT_ERROR(CostTable::from_json(missing, "bad.json"), "bad.json: malformed cost table");
 }
+
+TEST(Planner, ALongChainPlansWithinBoundedMemoryWithShorterSegments) {
+  std::mt19937 rng(11);
+  const CostTable costs = random_chain(rng, 1000, 3);
+  const remat::OptimalPlanner planner(costs, template_for(costs));
+  // The full table would be 500,500 ranges × 1001 slots (6 GB, minutes); segments are shortened.
+  EXPECT_LT(planner.max_segment_stages(), 1000);
+  EXPECT_GE(planner.max_segment_stages(), 16);
+  const int64_t least = planner.min_feasible_budget_bytes();
+  ASSERT_GT(least, 0);
+  EXPECT_TRUE(planner.plan(least).feasible) << "the least-memory plan fits its own peak, whatever the rounding";
+  Plan plain = template_for(costs);
+  for (int i = 0; i < 1000; ++i) plain.items.push_back(PlanItem::run(i));
+  const int64_t half = remat::simulate(plain, costs).peak_bytes / 2;
+  const remat::PlanResult r = planner.plan(half);
+  ASSERT_TRUE(r.feasible);
+  EXPECT_LE(r.prediction.peak_bytes, half);
+  r.plan.check_nesting("test");
+  // Segments are no longer than the planner says.
+  std::vector<const std::vector<PlanItem>*> lists{&r.plan.items};
+  while (!lists.empty()) {
+    const auto* items = lists.back();
+    lists.pop_back();
+    for (const auto& item : *items) {
+      if (item.is_stage()) continue;
+      const auto range = remat::stage_range(item.segment);
+      EXPECT_LE(range.second - range.first + 1, planner.max_segment_stages());
+      lists.push_back(&item.segment);
+    }
+  }
+}
+
+TEST(Planner, AChainTooLongForAnyTableIsAClearErrorAtOnce) {
+  std::mt19937 rng(5);
+  const CostTable costs = random_chain(rng, 100000, 1);
+  const std::string message = remat::testing::error_of([&] { remat::OptimalPlanner(costs, template_for(costs)); });
+  for (const char* fragment : {"planner: a chain of 100000 stages with 1000 memory slots", "coarser granularity",
+                               "fewer memory slots"}) {
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  }
+}

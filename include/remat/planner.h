@@ -8,7 +8,10 @@
 // for heterogeneous chains, choosing each stage's option too; its predictions are the simulator's
 // (cost_model.h), so a plan it returns replays to exactly its cost. Memory is discretised into
 // `memory_slots` units of ceil(max_budget / slots) bytes: sizes round up and budgets down, so a plan
-// feasible in units fits in bytes. The other planners are the classic rules, for comparison.
+// feasible in units fits in bytes (and where rounding made the table pessimistic, rows above the
+// budget's are tried while the simulator says their plans still fit). The table is bounded (a GiB,
+// seconds to fill): on long chains segments are limited in length (max_segment_stages). The other
+// planners are the classic rules, for comparison.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +43,10 @@ class OptimalPlanner {
   double least_seconds(int64_t budget_bytes) const;
   int64_t min_feasible_budget_bytes() const { return min_feasible_bytes_; }
   int64_t unit_bytes() const { return unit_; }
+  /// The most stages a checkpointed segment spans: the chain's length unless the table for it would
+  /// pass the planner's bounds (a GiB, a few seconds), then the longest that stays within them; the
+  /// plan is then optimal among plans whose segments are no longer.
+  int64_t max_segment_stages() const { return max_segment_; }
   double fill_seconds() const { return fill_seconds_; }
 
  private:
@@ -54,7 +61,9 @@ class OptimalPlanner {
   Plan template_;
   int64_t n_ = 0, slots_ = 0, unit_ = 1, min_feasible_bytes_ = 0;
   double fill_seconds_ = 0;
-  std::vector<size_t> interval_offset_;
+  int64_t max_segment_ = 0;
+  int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
+  std::vector<size_t> row_offset_;  // of stage s's ranges, in table rows
   std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
   std::vector<double> table_;   // least time, +inf when infeasible
   std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
