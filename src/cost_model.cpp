@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail/json_fields.h"
 #include "remat/error.h"
 
 namespace remat {
@@ -16,7 +17,7 @@ const StageOptionCost& StageCost::option(const std::string& wanted) const {
   for (const auto& o : options) {
     if (o.option == wanted) return o;
   }
-  REMAT_CHECK(false, "the cost table has no option '", wanted, "' for stage '", name, "'; profile the model again.");
+  REMAT_CHECK(false, "the cost table has no option '", detail::shortened(wanted), "' for stage '", detail::shortened(name), "'; profile the model again.");
   return options.front();
 }
 
@@ -101,19 +102,19 @@ nlohmann::json run_cost_json(const StageRunCost& c) {
           {"forward_extra_bytes", c.forward_extra_bytes}, {"backward_extra_bytes", c.backward_extra_bytes}};
 }
 
-StageRunCost run_cost_from_json(const nlohmann::json& j) {
+StageRunCost run_cost_from_json(const detail::JsonFields& f) {
   StageRunCost c;
-  c.forward_seconds = j.at("forward_seconds").get<double>();
-  c.backward_seconds = j.at("backward_seconds").get<double>();
-  c.kept_bytes = j.at("kept_bytes").get<int64_t>();
-  c.forward_extra_bytes = j.at("forward_extra_bytes").get<int64_t>();
-  c.backward_extra_bytes = j.at("backward_extra_bytes").get<int64_t>();
+  c.forward_seconds = f.seconds("forward_seconds");
+  c.backward_seconds = f.seconds("backward_seconds");
+  c.kept_bytes = f.bytes("kept_bytes");
+  c.forward_extra_bytes = f.bytes("forward_extra_bytes");
+  c.backward_extra_bytes = f.bytes("backward_extra_bytes");
   return c;
 }
 
-bool non_negative(const StageRunCost& c) {
-  return c.forward_seconds >= 0 && c.backward_seconds >= 0 && c.kept_bytes >= 0 && c.forward_extra_bytes >= 0 &&
-         c.backward_extra_bytes >= 0;
+double total_bytes(const StageRunCost& c) {
+  return static_cast<double>(c.kept_bytes) + static_cast<double>(c.forward_extra_bytes) +
+         static_cast<double>(c.backward_extra_bytes);
 }
 
 }  // namespace
@@ -152,48 +153,49 @@ std::string CostTable::to_json() const {
 }
 
 CostTable CostTable::from_json(const std::string& text, const std::string& source_name) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source_name, ": not valid JSON (", e.what(), "). Expected a cost table written by CostTable::to_json.");
-  }
-  REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-costs" && j.value("version", 0) == 1, source_name,
-              ": not a remat cost table (expected \"format\": \"remat-costs\", \"version\": 1).");
+  const std::string expected = "a cost table written by CostTable::to_json";
+  const nlohmann::json j = detail::parse_json_document(text, source_name, 8, expected);
+  const detail::JsonFields top(j, source_name);
+  REMAT_CHECK(j.contains("format") && j["format"] == "remat-costs" && j.contains("version") && j["version"] == 1,
+              source_name, ": not a remat cost table (expected \"format\": \"remat-costs\", \"version\": 1).");
   CostTable table;
-  try {
-    table.granularity = j.at("granularity").get<std::string>();
-    table.source = j.value("source", source_name);
-    table.segment_bytes = j.value("segment_bytes", int64_t{0});
-    for (const auto& s : j.at("stages")) {
-      StageCost c;
-      c.name = s.at("name").get<std::string>();
-      c.output_bytes = s.at("output_bytes").get<int64_t>();
-      c.input_grad_bytes = s.at("input_grad_bytes").get<int64_t>();
-      c.parameter_bytes = s.value("parameter_bytes", int64_t{0});
-      c.nograd_seconds = s.at("nograd_seconds").get<double>();
-      c.nograd_extra_bytes = s.at("nograd_extra_bytes").get<int64_t>();
-      for (const auto& o : s.at("options")) {
-        StageOptionCost oc;
-        oc.option = o.at("option").get<std::string>();
-        static_cast<StageRunCost&>(oc) = run_cost_from_json(o);
-        if (o.contains("graph_only")) oc.graph_only = run_cost_from_json(o.at("graph_only"));
-        c.options.push_back(oc);
+  table.granularity = top.string("granularity");
+  table.source = top.string_or("source", source_name);
+  table.segment_bytes = top.bytes_or("segment_bytes", 0);
+  // Each size is at most 2^53 bytes and so is their sum: no simulation of the table can overflow.
+  double total = static_cast<double>(table.segment_bytes);
+  const nlohmann::json& stages = top.array("stages");
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const detail::JsonFields f(stages[i], source_name + ": stages[" + std::to_string(i) + "]");
+    StageCost c;
+    c.name = f.string("name");
+    c.output_bytes = f.bytes("output_bytes");
+    c.input_grad_bytes = f.bytes("input_grad_bytes");
+    c.parameter_bytes = f.bytes_or("parameter_bytes", 0);
+    c.nograd_seconds = f.seconds("nograd_seconds");
+    c.nograd_extra_bytes = f.bytes("nograd_extra_bytes");
+    total += static_cast<double>(c.output_bytes) + static_cast<double>(c.input_grad_bytes) +
+             static_cast<double>(c.parameter_bytes) + static_cast<double>(c.nograd_extra_bytes);
+    const nlohmann::json& options = f.array("options");
+    for (size_t k = 0; k < options.size(); ++k) {
+      const detail::JsonFields o(options[k], f.where() + ".options[" + std::to_string(k) + "]");
+      StageOptionCost oc;
+      oc.option = o.string("option");
+      static_cast<StageRunCost&>(oc) = run_cost_from_json(o);
+      total += total_bytes(oc);
+      if (o.has("graph_only")) {
+        oc.graph_only = run_cost_from_json(detail::JsonFields(options[k]["graph_only"], o.where() + ".graph_only"));
+        total += total_bytes(*oc.graph_only);
       }
-      REMAT_CHECK(!c.options.empty(), source_name, ": stage '", c.name, "' has no options.");
-      table.stages.push_back(c);
+      c.options.push_back(oc);
     }
-  } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source_name, ": malformed cost table (", e.what(), ").");
+    REMAT_CHECK(!c.options.empty(), f.where(), ": stage '", detail::shortened(c.name), "' has no options.");
+    REMAT_CHECK(total <= static_cast<double>(detail::kMaxBytes), source_name,
+                ": the table's sizes add up to more than 2^53 bytes (8 PiB) by ", f.where(),
+                "; no model holds that much. Profile the model again.");
+    table.stages.push_back(c);
   }
   REMAT_CHECK(!table.stages.empty(), source_name, ": the cost table has no stages.");
-  REMAT_CHECK(table.segment_bytes >= 0, source_name, ": segment_bytes is negative.");
-  for (const auto& s : table.stages) {
-    bool ok = s.output_bytes >= 0 && s.input_grad_bytes >= 0 && s.nograd_seconds >= 0 && s.nograd_extra_bytes >= 0 &&
-              s.parameter_bytes >= 0;
-    for (const auto& o : s.options) ok = ok && non_negative(o) && (!o.graph_only || non_negative(*o.graph_only));
-    REMAT_CHECK(ok, source_name, ": stage '", s.name, "' has a negative size or time.");
-  }
   return table;
 }
 

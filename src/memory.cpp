@@ -12,6 +12,7 @@
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <unistd.h>
 #endif
 
 #include <c10/core/Allocator.h>
@@ -155,6 +156,23 @@ void keep_freed_memory_in_process() {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);  // serve blocks up to 1 GiB from the heap, not fresh mmaps
   mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and keep up to 1 GiB of free heap top
 #endif
+}
+
+double physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_size > 0 ? static_cast<double>(pages) * static_cast<double>(page_size) : 0.0;
+}
+
+void check_fits_in_machine_memory(double bytes, const std::string& what, const std::string& how_to_fix) {
+  const double available = physical_memory_bytes();
+  if (available <= 0) return;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::ostringstream needed;
+  needed << std::setprecision(3) << bytes / gib << " GiB";
+  std::ostringstream has;
+  has << std::setprecision(3) << available / gib << " GiB";
+  REMAT_CHECK(bytes < 0.9 * available, what, " needs about ", needed.str(), " but this machine has ", has.str(), ". ",
+              how_to_fix);
 }
 
 std::string format_bytes(int64_t bytes) {

@@ -8,6 +8,7 @@
 
 #include "detail/recompute_state.h"
 #include "remat/checkpoint.h"
+#include "detail/json_fields.h"
 #include "remat/error.h"
 
 namespace remat {
@@ -20,9 +21,13 @@ int64_t Chain::num_blocks() const {
 
 namespace {
 
+// For error messages: a file's names may be long or many.
 std::string join_names(const std::vector<std::string>& names) {
   std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : " ") + n;
+  for (const auto& n : names) {
+    if (out.size() > 300) return out + " ...";
+    out += (out.empty() ? "" : " ") + detail::shortened(n);
+  }
   return out;
 }
 
@@ -69,33 +74,6 @@ void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_
   }
 }
 
-// Nesting of JSON containers, walked with a stack of its own (a document may nest 20,000 deep):
-// true when some value lies deeper than `limit`.
-bool json_deeper_than(const nlohmann::json& root, int64_t limit) {
-  std::vector<std::pair<const nlohmann::json*, int64_t>> stack{{&root, 0}};
-  while (!stack.empty()) {
-    const auto [value, depth] = stack.back();
-    stack.pop_back();
-    if (depth > limit) return true;
-    if (value->is_structured()) {
-      for (const auto& child : *value) stack.emplace_back(&child, depth + 1);
-    }
-  }
-  return false;
-}
-
-// An element for an error message: short, and without serialising a deep value recursively.
-std::string describe_json(const nlohmann::json& value) {
-  if (value.is_array()) return "an array of " + std::to_string(value.size()) + " elements";
-  if (value.is_object()) {
-    std::string keys;
-    for (const auto& [key, _] : value.items()) keys += (keys.empty() ? "" : ", ") + ("\"" + key + "\"");
-    return "an object with keys " + (keys.empty() ? std::string("(none)") : keys);
-  }
-  std::string text = value.dump();
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
-}
-
 std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::vector<std::string>& names,
                                       const std::string& source) {
   REMAT_CHECK(array.is_array(), source, ": a plan or segment must be a JSON array of stage names and ",
@@ -105,11 +83,11 @@ std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::ve
     if (element.is_string()) {
       const auto name = element.get<std::string>();
       const auto it = std::find(names.begin(), names.end(), name);
-      REMAT_CHECK(it != names.end(), source, ": unknown stage '", name, "'; the plan's stages are: ", join_names(names), ".");
+      REMAT_CHECK(it != names.end(), source, ": unknown stage '", detail::shortened(name), "'; the plan's stages are: ", join_names(names), ".");
       items.push_back(PlanItem::run(it - names.begin()));
     } else {
       REMAT_CHECK(element.is_object() && element.size() == 1 && element.contains("checkpoint"), source,
-                  ": expected a stage name or {\"checkpoint\": [...]}, found ", describe_json(element), ".");
+                  ": expected a stage name or {\"checkpoint\": [...]}, found ", detail::describe_json(element), ".");
       items.push_back(PlanItem::checkpointed(items_from_json(element["checkpoint"], names, source)));
     }
   }
@@ -206,11 +184,12 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   } catch (const nlohmann::json::exception& e) {
     REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected a plan written by Plan::to_json.");
   }
-  REMAT_CHECK(!json_deeper_than(j, 2 * kMaxNesting + 2), source, ": the JSON nests deeper than any plan can (",
+  REMAT_CHECK(!detail::json_deeper_than(j, 2 * kMaxNesting + 2), source, ": the JSON nests deeper than any plan can (",
               kMaxNesting, " checkpoint levels at most). Expected a plan written by Plan::to_json.");
-  REMAT_CHECK(j.is_object() && j.value("format", "") == "remat-plan", source,
+  REMAT_CHECK(j.is_object() && j.contains("format") && j["format"] == "remat-plan", source,
               ": not a remat plan (expected an object with \"format\": \"remat-plan\").");
-  REMAT_CHECK(j.value("version", 0) == 1, source, ": plan format version ", j.value("version", 0),
+  REMAT_CHECK(j.contains("version") && j["version"] == 1, source, ": plan format version ",
+              j.contains("version") ? detail::describe_json(j["version"]) : std::string("(none)"),
               " is not supported; this remat reads version 1.");
   auto require = [&](const char* field, bool ok, const char* what) {
     REMAT_CHECK(j.contains(field) && ok, source, ": field '", field, "' must be ", what, ".");
@@ -223,11 +202,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   Plan plan;
   plan.granularity = j["granularity"].get<std::string>();
   for (const auto& s : j["stages"]) {
-    REMAT_CHECK(s.is_string(), source, ": field 'stages' must hold strings, found ", describe_json(s), ".");
+    REMAT_CHECK(s.is_string(), source, ": field 'stages' must hold strings, found ", detail::describe_json(s), ".");
     plan.stage_names.push_back(s.get<std::string>());
   }
   for (const auto& o : j["options"]) {
-    REMAT_CHECK(o.is_string(), source, ": field 'options' must hold strings, found ", describe_json(o), ".");
+    REMAT_CHECK(o.is_string(), source, ": field 'options' must hold strings, found ", detail::describe_json(o), ".");
     plan.options.push_back(o.get<std::string>());
   }
   REMAT_CHECK(plan.options.size() == plan.stage_names.size(), source, ": 'options' has ", plan.options.size(),
@@ -247,12 +226,12 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
       plan.mode = parse_checkpoint_mode(mode.get<std::string>());
     } catch (const c10::Error&) {
       REMAT_CHECK(false, source, ": field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\", found ",
-                  describe_json(mode), ".");
+                  detail::describe_json(mode), ".");
     }
   }
   // {"checkpoint": [...]} is two JSON levels per segment; the field itself, one more.
   const int64_t most = std::min<int64_t>(static_cast<int64_t>(plan.stage_names.size()), kMaxNesting);
-  REMAT_CHECK(!json_deeper_than(j["plan"], 2 * most + 1), source, ": field 'plan' nests checkpoints more than ", most,
+  REMAT_CHECK(!detail::json_deeper_than(j["plan"], 2 * most + 1), source, ": field 'plan' nests checkpoints more than ", most,
               " levels deep; a plan of ", plan.stage_names.size(), " stages can use at most ", most,
               " (one stage per level; remat accepts at most ", kMaxNesting, ").");
   plan.items = items_from_json(j["plan"], plan.stage_names, source);
@@ -267,7 +246,7 @@ void Plan::validate_against(const Chain& chain) const {
   std::vector<std::string> chain_names;
   for (const auto& s : chain.stages()) chain_names.push_back(s.name);
   REMAT_CHECK(granularity == chain.granularity() && stage_names == chain_names, "the plan was made for a chain of ",
-              stage_names.size(), " stages at granularity '", granularity, "' (", join_names(stage_names),
+              stage_names.size(), " stages at granularity '", detail::shortened(granularity), "' (", join_names(stage_names),
               ") but this model's chain has ", chain_names.size(), " stages at granularity '", chain.granularity(),
               "' (", join_names(chain_names), "). Make the plan for this chain: the same stages at the same ",
               "granularity.");

@@ -62,6 +62,14 @@ inline double mebibytes(int64_t bytes) { return static_cast<double>(bytes) / (1 
 /// "12.3 MiB": bytes in MiB with one decimal, as remat's reports print them (the one formatter).
 std::string format_bytes(int64_t bytes);
 
+/// This machine's physical memory in bytes (0 where the system does not say).
+double physical_memory_bytes();
+
+/// Refuses, before anything is allocated, work that needs `bytes` (a double, so absurd sizes do not
+/// overflow) when that passes 90% of this machine's physical memory: the error says what needs it
+/// (`what`, e.g. "this configuration"), how much, what the machine has, and `how_to_fix`.
+void check_fits_in_machine_memory(double bytes, const std::string& what, const std::string& how_to_fix);
+
 /// Runs `forward` (returning a scalar loss), then backward on the loss, measuring memory on
 /// `device` and wall time (synchronising CUDA before reading the clock).
 StepMeasurement measure_step(const std::function<at::Tensor()>& forward,

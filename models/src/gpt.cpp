@@ -4,6 +4,7 @@
 #include <functional>
 #include <limits>
 #include <numeric>
+#include <iomanip>
 #include <sstream>
 
 #include <torch/nn/functional/activation.h>
@@ -15,6 +16,7 @@
 #include "remat/models/estimator.h"
 #include "remat/models/fused_ops.h"
 #include "remat/error.h"
+#include "remat/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/ops/dropout.h"
 
@@ -44,6 +46,33 @@ void GptConfig::validate() const {
   REMAT_CHECK(sequence >= 1, "GptConfig::sequence must be at least 1, got ", sequence, ".");
   REMAT_CHECK(vocabulary >= 2, "the vocabulary must have at least 2 tokens, got ", vocabulary, ".");
   REMAT_CHECK(dropout >= 0.0 && dropout < 1.0, "GptConfig::dropout must be in [0, 1), got ", dropout, ".");
+  // Beyond these no machine holds the model (or its cost table); refused before anything is sized.
+  constexpr int64_t kMaxLayers = 100000, kMaxSize = int64_t{1} << 24;
+  REMAT_CHECK(layers <= kMaxLayers, "GptConfig::layers must be at most ", kMaxLayers, ", got ", layers, ".");
+  REMAT_CHECK(hidden <= kMaxSize && heads <= hidden, "GptConfig::hidden must be at most ", kMaxSize,
+              " and GptConfig::heads at most hidden, got ", hidden, " and ", heads, ".");
+  REMAT_CHECK(sequence <= kMaxSize, "GptConfig::sequence must be at most ", kMaxSize, ", got ", sequence, ".");
+  REMAT_CHECK(vocabulary <= kMaxSize, "GptConfig::vocabulary must be at most ", kMaxSize, ", got ", vocabulary, ".");
+}
+
+double GptConfig::model_bytes() const {
+  const double h = static_cast<double>(hidden), v = static_cast<double>(vocabulary), t = static_cast<double>(sequence);
+  const double parameters = static_cast<double>(layers) * (12.0 * h * h + 13.0 * h) + (v + t) * h + v * h + 2.0 * h;
+  return 4.0 * parameters + static_cast<double>(layers) * t * t;  // fp32, and a bool mask per block
+}
+
+void check_gpt_run_fits_in_memory(const GptConfig& config, double activation_bytes, int optimizer_moments) {
+  config.validate();
+  const double model = config.model_bytes();
+  const double held = model * (2.0 + optimizer_moments) + activation_bytes;
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  std::ostringstream what;
+  what << std::setprecision(3) << "a GPT of " << config.describe() << " (" << model / gib << " GiB of parameters, as much again of gradients"
+       << (optimizer_moments > 0 ? ", " + std::to_string(optimizer_moments) + " optimizer moments" : std::string())
+       << ", " << activation_bytes / gib << " GiB of activations)";
+  check_fits_in_machine_memory(held, what.str(),
+                               "Use a smaller configuration (layers, hidden, sequence) or batch, a checkpointing "
+                               "policy, or a budget.");
 }
 
 bool GptConfig::operator==(const GptConfig& o) const {
@@ -126,6 +155,8 @@ at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x, Keep keep, bool graph_onl
 
 GptImpl::GptImpl(const GptConfig& config) : config_(config) {
   config.validate();
+  check_fits_in_machine_memory(config.model_bytes(), "a GPT of " + config.describe(),
+                               "Use a smaller configuration (layers, hidden, sequence, vocabulary).");
   wte = register_module("wte", torch::nn::Embedding(config.vocabulary, config.hidden));
   wpe = register_module("wpe", torch::nn::Embedding(config.sequence, config.hidden));
   for (int64_t i = 0; i < config.layers; ++i) {

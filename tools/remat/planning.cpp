@@ -8,12 +8,16 @@
 #include "remat/cpu_threads.h"
 #include "remat/error.h"
 #include "remat/files.h"
+#include "remat/models/estimator.h"
 #include "remat/train/corpus.h"
 
 namespace remat::cli {
 
 SampleModel make_sample_model(const train::TrainOptions& options) {
-  options.model.validate();
+  // Its unchecked step is what profiling and measuring run: refused before allocating if too big.
+  const models::GptCosts estimated{
+      models::estimate_gpt(options.model, models::EstimateOptions::as_run_by_libtorch(options.batch)).costs};
+  models::check_gpt_run_fits_in_memory(options.model, static_cast<double>(estimated.unchecked_peak_bytes()), 0);
   set_cpu_threads(options.threads);
   const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
                                                          : train::Corpus::from_file(options.data_file);

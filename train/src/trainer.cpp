@@ -53,14 +53,10 @@ void check_options(const TrainOptions& o) {
 }
 
 // Refuses configurations that cannot fit in this machine's memory before allocating anything,
-// rather than letting the allocator fail somewhere inside LibTorch: parameters with gradients and
-// AdamW's two moments, plus the plan's activation peak predicted from the analytic estimator.
+// rather than letting the allocator fail somewhere inside LibTorch: the plan's activation peak
+// predicted from the analytic estimator, with the model, its gradients and AdamW's two moments.
 void check_fits_in_memory(const TrainOptions& o, const std::string& granularity, const std::optional<Plan>& plan) {
-  models::EstimateOptions eo;
-  eo.batch = o.batch;
-  eo.granularity = "half";
-  eo.dropout_mask_bytes = 0;  // LibTorch's CPU dropout keeps fp32 noise
-  const auto costs = models::estimate_gpt(o.model, eo).costs;
+  const auto costs = models::estimate_gpt(o.model, models::EstimateOptions::as_run_by_libtorch(o.batch)).costs;
   const models::GptChainShape shape(o.model.layers, granularity);
   if (plan) plan->validate_against(shape);  // before costing it: a plan for another chain is its own error
   double activations = 0;
@@ -74,17 +70,7 @@ void check_fits_in_memory(const TrainOptions& o, const std::string& granularity,
     const int64_t unchecked = estimated.unchecked_peak_bytes();
     activations = static_cast<double>(std::min(unchecked, Budget(o.budget).bytes(unchecked)));
   }
-  const double h = static_cast<double>(o.model.hidden), v = static_cast<double>(o.model.vocabulary);
-  const double parameters = static_cast<double>(o.model.layers) * 12.0 * h * h + (v + o.model.sequence) * h + v * h;
-  const double needed = parameters * 4.0 * 4.0 + activations;  // weights, grads, 2 moments (fp32)
-  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page_size <= 0) return;
-  const double available = static_cast<double>(pages) * static_cast<double>(page_size);
-  const double gib = 1024.0 * 1024.0 * 1024.0;
-  REMAT_CHECK(needed < 0.9 * available, "this configuration needs about ", needed / gib, " GiB (",
-              parameters * 16.0 / gib, " GiB of parameters, gradients and AdamW state, ", activations / gib,
-              " GiB of activations under the plan) but this machine has ", available / gib,
-              " GiB. Use a smaller GptConfig (layers, hidden, sequence) or TrainOptions::batch, a checkpointing policy, or a budget.");
+  models::check_gpt_run_fits_in_memory(o.model, activations, /*optimizer_moments=*/2);  // AdamW
 }
 
 }  // namespace

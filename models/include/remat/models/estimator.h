@@ -25,6 +25,15 @@ struct EstimateOptions {
   /// Bytes per dropout-mask element: 1 as in Megatron's fused kernels; LibTorch 1.13's CPU dropout
   /// keeps a noise tensor of the activation dtype instead (pass 0 to use the element size).
   int64_t dropout_mask_bytes = 1;
+
+  /// As LibTorch runs the model here: fp32, half blocks, dropout noise of the activation dtype.
+  static EstimateOptions as_run_by_libtorch(int64_t batch) {
+    EstimateOptions o;
+    o.batch = batch;
+    o.granularity = "half";
+    o.dropout_mask_bytes = 0;
+    return o;
+  }
 };
 
 struct OpEstimate {

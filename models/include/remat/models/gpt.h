@@ -54,12 +54,20 @@ struct GptConfig {
   int64_t vocabulary = 256;
   double dropout = 0.1;
 
-  /// Throws a clear error for impossible configurations (heads not dividing hidden, ...).
+  /// Throws a clear error for impossible configurations (heads not dividing hidden, sizes beyond
+  /// any machine: more than 100,000 layers, a hidden size, sequence or vocabulary over 2^24, ...).
   void validate() const;
+  /// Bytes the model holds (fp32 parameters and each block's causal mask), in double: no overflow.
+  double model_bytes() const;
   bool operator==(const GptConfig& other) const;
   /// "layers 8, hidden 256, heads 8, sequence 256, vocabulary 256, dropout 0.1"
   std::string describe() const;
 };
+
+/// Refuses, before anything is allocated, a run of `config` this machine cannot hold: the model,
+/// its gradients and `optimizer_moments` fp32 copies of its parameters, plus `activation_bytes`.
+/// The error names the configuration and how to shrink it.
+void check_gpt_run_fits_in_memory(const GptConfig& config, double activation_bytes, int optimizer_moments);
 
 class GptBlockImpl : public torch::nn::Module {
  public:
