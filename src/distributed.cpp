@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -161,10 +162,14 @@ int launch_local(int nproc, const std::vector<std::string>& argv, std::chrono::m
   }
   const int null = ::open("/dev/null", O_WRONLY);
   std::vector<pid_t> children;
+  const pid_t launcher = ::getpid();
   for (int rank = 0; rank < nproc; ++rank) {
     const pid_t pid = ::fork();
     REMAT_CHECK(pid >= 0, "distributed: cannot start rank ", rank, " (fork failed).");
     if (pid == 0) {
+      // The ranks go with the launcher, however it ends (kill -9 included): no orphans training on.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(1);  // it ended before the line above ran
       if (rank > 0 && null >= 0) ::dup2(null, STDOUT_FILENO);
       ::execve(args[0], args.data(), envps[static_cast<size_t>(rank)].data());
       ::_exit(127);
@@ -302,12 +307,19 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
   gloo_options->threads = 2;
+  const auto meeting = Clock::now();
   try {
     impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, impl->rank, impl->world_size, gloo_options);
   } catch (const std::exception& e) {
-    REMAT_CHECK(false, "distributed: rank ", rank, " of ", world, ": the ranks did not all meet within ",
-                impl->timeout.count() / 1000, " s (", first_line(e), "). Start all ", world,
-                " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE.");
+    // Well before the timeout it is not a missing rank but a connection Gloo could not make.
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - meeting);
+    REMAT_CHECK(waited < impl->timeout / 2, "distributed: rank ", rank, " of ", world,
+                ": the ranks did not all meet within ", impl->timeout.count() / 1000, " s (", first_line(e),
+                "). Start all ", world, " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE.");
+    REMAT_CHECK(false, "distributed: rank ", rank, " of ", world, ": Gloo could not connect the ranks (",
+                first_line(e), ") after ", waited.count() / 1000.0, " s, before the ", impl->timeout.count() / 1000,
+                " s timeout: check that MASTER_ADDR (", addr, ") is an address of rank 0's machine that every rank ",
+                "can reach, or name the network interface with GLOO_SOCKET_IFNAME.");
   }
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "remat/error.h"
 
@@ -374,17 +375,21 @@ int64_t parse_budget(const std::string& text, int64_t unchecked_peak_bytes) {
   const std::string hint = "; write it as bytes (123456 or 123456B), with a unit (800KiB, 512MiB, 1.5GiB) or as a "
                            "percentage of the unchecked activation peak (50%).";
   REMAT_CHECK(!text.empty(), "the budget is empty", hint);
+  const std::string echoed = text.size() > 40 ? text.substr(0, 37) + "..." : text;  // it may be 100,000 digits
   size_t used = 0;
   double value = 0;
   try {
     value = std::stod(text, &used);
+  } catch (const std::out_of_range&) {
+    REMAT_CHECK(false, "budget '", echoed, "' is out of range", hint);
   } catch (const std::exception&) {
-    REMAT_CHECK(false, "budget '", text, "' does not start with a number", hint);
+    REMAT_CHECK(false, "budget '", echoed, "' does not start with a number", hint);
   }
+  REMAT_CHECK(std::isfinite(value), "budget '", echoed, "' is not a finite number", hint);
   const std::string unit = text.substr(used);
   double bytes = 0;
   if (unit == "%") {
-    REMAT_CHECK(value > 0 && value <= 1000, "budget '", text, "': a percentage must be in (0, 1000].");
+    REMAT_CHECK(value > 0 && value <= 1000, "budget '", echoed, "': a percentage must be in (0, 1000].");
     bytes = value / 100.0 * static_cast<double>(unchecked_peak_bytes);
   } else if (unit.empty() || unit == "B") {
     bytes = value;
@@ -395,9 +400,9 @@ int64_t parse_budget(const std::string& text, int64_t unchecked_peak_bytes) {
   } else if (unit == "GiB" || unit == "G") {
     bytes = value * 1024.0 * 1024.0 * 1024.0;
   } else {
-    REMAT_CHECK(false, "budget '", text, "' has an unknown unit '", unit, "'", hint);
+    REMAT_CHECK(false, "budget '", echoed, "' has an unknown unit '", unit.size() > 20 ? unit.substr(0, 17) + "..." : unit, "'", hint);
   }
-  REMAT_CHECK(bytes >= 0 && bytes < 9.0e18, "budget '", text, "' is out of range", hint);
+  REMAT_CHECK(bytes >= 0 && bytes < 9.0e18, "budget '", echoed, "' is out of range", hint);
   return static_cast<int64_t>(bytes);
 }
 

@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -324,4 +327,82 @@ TEST(Train, SavesEveryNStepsAndResumesFromTheNewest) {
   TrainOptions bad = small_run();
   bad.save_every = 3;
   EXPECT_NE(error_of([&] { Trainer t(bad); }).find("save_every needs TrainOptions::save_dir"), std::string::npos);
+}
+
+// Re-saving a step (train --steps 0 --resume D --save-state D) killed before each of its file
+// operations in turn: whatever instant the kill comes at, the folder loads a complete state (the old
+// or the new one), and the next save leaves nothing of the dead one behind.
+TEST(StateDir, AResaveKilledBeforeAnyFileOperationLosesNothing) {
+  auto state_of = [](const fs::path& dir) {
+    const auto [state, meta] = remat::train::load_state_dir(dir);
+    return read_file(state / "a.bin");
+  };
+  bool reached_the_end = false;
+  for (int operation = 1; !reached_the_end && operation < 64; ++operation) {
+    TempDir dir;
+    remat::train::save_state_dir(dir.path(), 7, {{"step", 7}}, [](const fs::path& into) { write_file(into / "a.bin", "old"); });
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // only file operations here: no LibTorch in the forked child
+      try {
+        remat::train::crash_state_save_before_operation_for_testing(operation);
+        remat::train::save_state_dir(dir.path(), 7, {{"step", 7}}, [](const fs::path& into) { write_file(into / "a.bin", "new"); });
+      } catch (...) {
+        ::_exit(3);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    reached_the_end = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    EXPECT_TRUE(reached_the_end || (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) << "operation " << operation;
+    const std::string loaded = state_of(dir.path());
+    EXPECT_TRUE(loaded == "old" || loaded == "new") << "killed before operation " << operation << ": " << loaded;
+    if (reached_the_end) EXPECT_EQ(loaded, "new");
+    // The next save (in this process) removes what the dead one left.
+    remat::train::save_state_dir(dir.path(), 8, {{"step", 8}}, [](const fs::path& into) { write_file(into / "a.bin", "next"); });
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000008"})) << "after a kill before operation " << operation;
+    EXPECT_EQ(state_of(dir.path()), "next");
+  }
+  EXPECT_TRUE(reached_the_end) << "the hook never let a save finish";
+}
+
+TEST(StateDir, DeletingTheChecksumKeyDoesNotTurnVerificationOff) {
+  TempDir dir;
+  const fs::path state = remat::train::save_state_dir(dir.path(), 3, {{"step", 3}},
+                                                      [](const fs::path& into) { write_file(into / "a.bin", "x"); });
+  nlohmann::json meta = nlohmann::json::parse(read_file(state / "meta.json"));
+  meta.erase("meta_fnv1a64");
+  meta["step"] = 300;
+  write_file(state / "meta.json", meta.dump(2));
+  REMAT_EXPECT_ERROR(remat::train::load_state_dir(dir.path()), "meta.json' has no checksum (meta_fnv1a64)");
+}
+
+TEST(Train, AResumedRunMustTrainOnTheSameCorpus) {
+  TempDir dir;
+  TrainOptions o = small_run("block");
+  o.save_dir = (dir / "run").string();
+  {
+    Trainer trainer(o);
+    train_steps(trainer, 1);
+    trainer.save();
+  }
+  write_file(dir / "other.txt", std::string(4096, 'z'));
+  TrainOptions resume = small_run("block");
+  resume.resume_dir = o.save_dir;
+  resume.data_file = (dir / "other.txt").string();
+  const std::string message = error_of([&] { Trainer t(resume); });
+  EXPECT_NE(message.find("resume: the saved run trained on"), std::string::npos) << message;
+  EXPECT_NE(message.find("Resume with the same TrainOptions::data_file"), std::string::npos) << message;
+}
+
+TEST(Train, AnUnwritableStateFolderIsRefusedBeforeTheFirstStep) {
+  TempDir dir;
+  write_file(dir / "a-file", "not a folder");
+  TrainOptions o = small_run("block");
+  o.save_dir = (dir / "a-file" / "state").string();
+  REMAT_EXPECT_ERROR(Trainer t(o), "cannot create the state directory");
 }

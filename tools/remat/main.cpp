@@ -50,6 +50,19 @@ int main(int argc, char** argv) {
   remat::cli::add_bench_command(app);
   remat::cli::add_trace_command(app);
   remat::cli::add_worker_command(app);
+  // CLI11 would say "A subcommand is required" for `remat frobnicate`: name it and the real ones.
+  std::string names;
+  bool known = argc < 2 || argv[1][0] == '-';
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known = known || sub->get_name() == argv[1];
+  }
+  if (!known) {
+    const std::string given = std::strlen(argv[1]) > 40 ? std::string(argv[1], 37) + "..." : argv[1];
+    std::cerr << "error: unknown subcommand '" << given << "'; the subcommands are " << names
+              << " (remat SUBCOMMAND --help for each).\n";
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -32,12 +32,27 @@ void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string
   }
   command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, see remat/cpu_threads.h)")
       ->capture_default_str()->group("Machine");
-  command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")->capture_default_str()->group("Machine");
+  command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& text) {  // an unsigned flag would take -1 as 2^64-1
+            return text.find('-') != std::string::npos ? "a seed is a whole number from 0, got " + text : std::string();
+          },
+          "SEED"))
+      ->group("Machine");
   if (use == ModelUse::run) {
     command.add_option("--data", options.data_file,
                        data_help.empty() ? "Text file to take batches from, instead of the fortunes corpus" : data_help)
         ->group("Model");
   }
+}
+
+void ModelFlags::refuse_together(const char* first, const char* second) const {
+  auto given = [&](const char* flag) {
+    const CLI::Option* option = app->get_option_no_throw(flag);
+    return option != nullptr && option->count() > 0;
+  };
+  REMAT_CHECK(!given(first) || !given(second), "give ", first, " or ", second, ", not both.");
 }
 
 void ModelFlags::apply_preset() {
@@ -68,7 +83,13 @@ CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budg
   CLI::Option* option = command.add_option("--budget", budgets,
                                            help + " (bytes, KiB/MiB/GiB or % of the unchecked activation peak; "
                                                   "several: comma-separated or repeated)")
-                            ->delimiter(',')->group("Planning");
+                            ->delimiter(',')->group("Planning")
+                            ->check(CLI::Validator(
+                                [](std::string& text) {
+                                  return text.empty() ? std::string("a budget is empty; give bytes, MiB or a percentage")
+                                                      : std::string();
+                                },
+                                "BUDGET"));
   if (old_plural) add_old_spelling(command, "--budgets", "--budget", budgets)->delimiter(',');
   return option;
 }

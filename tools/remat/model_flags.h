@@ -33,6 +33,8 @@ struct ModelFlags {
   /// Applies the preset to every flag not given explicitly; errors for a preset this command cannot
   /// run. Called first thing in every command's callback.
   void apply_preset();
+  /// Refuses two flags given together, in the same words in every subcommand.
+  void refuse_together(const char* first, const char* second) const;
 };
 
 /// `--budget B[,B...]` (also repeatable): activation budgets as bytes, KiB/MiB/GiB or % of the

@@ -236,7 +236,7 @@ void add_plan_command(CLI::App& app) {
   add_json_flag(*plan, flags->json);
   plan->callback([flags] {
     flags->model.apply_preset();
-    REMAT_CHECK(flags->policy.empty() || flags->budgets.empty(), "give --policy or --budget, not both.");
+    flags->model.refuse_together("--policy", "--budget");
     if (flags->budgets.empty()) {
       run_policy_plan(*flags);
     } else {

@@ -69,6 +69,9 @@ std::string printable(const std::string& text) {
 
 void run_train(TrainFlags& flags) {
   flags.model.apply_preset();
+  flags.model.refuse_together("--policy", "--budget");
+  flags.model.refuse_together("--policy", "--plan");
+  flags.model.refuse_together("--plan", "--budget");
   auto& options = flags.model.options;
   REMAT_CHECK(flags.budgets.size() <= 1, "--budget: train runs under one plan; give one budget, not ",
               flags.budgets.size(), " (`remat plan --budget` compares several).");
@@ -215,8 +218,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", o.lr, "Peak learning rate of AdamW")->capture_default_str()->group("Training");
   cmd->add_option("--warmup", o.warmup_steps, "Linear warm-up, steps")->capture_default_str()->group("Training");
   cmd->add_option("--policy", o.policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Planning");
-  cmd->add_option("--plan", o.plan_file, "A plan saved by `remat plan --save-plan`; overrides --policy")->group("Planning");
-  add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget; overrides --policy");
+  cmd->add_option("--plan", o.plan_file, "A plan saved by `remat plan --save-plan`, instead of --policy")->group("Planning");
+  add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget, instead of --policy");
   add_checkpoint_mode_option(*cmd, o.checkpoint_mode,
                              "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");

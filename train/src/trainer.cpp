@@ -31,6 +31,11 @@ nlohmann::json config_json(const models::GptConfig& c) {
           {"vocabulary", c.vocabulary}, {"dropout", c.dropout}};
 }
 
+// What a resumed run must train on again: the saved state's batches continue in this corpus.
+nlohmann::json corpus_json(const Corpus& corpus) {
+  return {{"source", corpus.source()}, {"bytes", corpus.bytes().size()}, {"fnv1a64", fnv1a64_of(corpus.bytes())}};
+}
+
 std::string read_text(const std::string& path, const std::string& what) {
   return read_regular_file(path, what);
 }
@@ -128,7 +133,12 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     }
     REMAT_CHECK(meta.value("batch", int64_t{0}) == options_.batch, "resume: the saved run used TrainOptions::batch ",
                 meta.value("batch", int64_t{0}), ", this run asks for ", options_.batch, ".");
+    const nlohmann::json data = corpus_json(*corpus_);
+    REMAT_CHECK(meta.contains("data") && meta["data"] == data, "resume: the saved run trained on ",
+                meta.contains("data") ? meta["data"].dump() : std::string("(unrecorded data)"), ", this run on ",
+                data.dump(), ". Resume with the same TrainOptions::data_file (the batches continue where they stopped).");
   }
+  if (!options_.save_dir.empty() && rank_ == 0) check_state_dir_writable(options_.save_dir);  // before any step
 
   torch::manual_seed(options_.seed);
   model_ = models::Gpt(options_.model);
@@ -239,7 +249,7 @@ void Trainer::save(const std::string& dir) const {
   }
   nlohmann::json meta = {{"format", "remat-train-state"}, {"version", 1}, {"step", step_},
                          {"config", config_json(options_.model)}, {"batch", options_.batch},
-                         {"sampler", sampler_->state()}, {"plan", plan_.to_string()}};
+                         {"sampler", sampler_->state()}, {"plan", plan_.to_string()}, {"data", corpus_json(*corpus_)}};
   save_state_dir(dir, step_, meta, [&](const fs::path& into) {
     torch::save(model_, (into / "model.pt").string());
     torch::save(*optimizer_, (into / "optimizer.pt").string());
