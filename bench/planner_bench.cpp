@@ -1,5 +1,6 @@
 // How long the optimal planner takes: a 47-layer GPT at half-block granularity is a chain of 96
 // stages (embed, 94 halves, head) with up to 3 options each; costs from the analytic estimator.
+// Arguments: layers (47), then one slot count (default: 250 to 4000).
 #include <chrono>
 #include <iostream>
 
@@ -26,7 +27,8 @@ int main(int argc, char** argv) {
     const auto result = planner.plan(planner.min_feasible_budget_bytes() * 2);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cout << "  " << slots << " memory slots (" << planner.unit_bytes() / 1024 << " KiB each): " << seconds * 1e3
-              << " ms to fill the table and plan" << (result.feasible ? "" : " (infeasible)") << "\n";
+              << " ms to fill the table and plan" << (result.feasible ? "" : " (infeasible)") << ", segments of at most "
+              << planner.max_segment_stages() << " stages\n";
   }
   return 0;
 }

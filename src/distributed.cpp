@@ -294,7 +294,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   } catch (const std::exception& e) {
     const std::string reason = first_line(e);
     REMAT_CHECK(!store_options.isServer, "distributed: rank 0 cannot host the store on port ", port, " (", reason,
-                "): the port is taken or not allowed; choose another MASTER_PORT.");
+                "): the port is taken or not allowed (choose another MASTER_PORT), or MASTER_ADDR (", addr,
+                ") is not an address of this machine that it can reach.");
     unreachable(reason);
   }
 

@@ -55,4 +55,23 @@ port=$(free_port)
 start=$(date +%s)
 expect_error "rank 1 cannot reach the store at 127.0.0.1:$port" RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port
 [ $(( $(date +%s) - start )) -le 30 ] || fail "an unreachable master took more than the timeout + 10 s to report"
+# An address of no machine: rank 0 names it (whether its store or Gloo's connection fails first
+# depends on the network), not "the ranks did not all meet".
+expect_error "MASTER_ADDR (10.255.255.1) is " RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.255.255.1 MASTER_PORT="$(free_port)"
+
+# kill -9 of the --nproc launcher: its ranks go with it (no orphans training on).
+"$remat" "${run[@]}" --steps 100000 --nproc 2 > "$work/launcher.out" 2>&1 &
+launcher=$!
+for _ in $(seq 100); do grep -q "^step" "$work/launcher.out" 2> /dev/null && break; sleep 0.2; done
+ranks=$(pgrep -P $launcher || true)
+[ -n "$ranks" ] || { cat "$work/launcher.out" >&2; fail "the launcher started no ranks"; }
+kill -9 $launcher
+for _ in $(seq 50); do
+  alive=0
+  for pid in $ranks; do kill -0 "$pid" 2> /dev/null && alive=1; done
+  [ $alive -eq 0 ] && break
+  sleep 0.2
+done
+[ $alive -eq 0 ] || fail "ranks $ranks still run 10 s after their launcher was killed"
+echo "killed launcher: its ranks stopped"
 echo "distributed faults: all checks passed"

@@ -79,17 +79,18 @@ void ModelFlags::apply_preset() {
 }
 
 CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
-                               bool old_plural) {
+                               bool old_plural, bool empty_means_none) {
   CLI::Option* option = command.add_option("--budget", budgets,
                                            help + " (bytes, KiB/MiB/GiB or % of the unchecked activation peak; "
                                                   "several: comma-separated or repeated)")
-                            ->delimiter(',')->group("Planning")
-                            ->check(CLI::Validator(
-                                [](std::string& text) {
-                                  return text.empty() ? std::string("a budget is empty; give bytes, MiB or a percentage")
-                                                      : std::string();
-                                },
-                                "BUDGET"));
+                            ->delimiter(',')->group("Planning");
+  if (!empty_means_none) {
+    option->check(CLI::Validator(
+        [](std::string& text) {
+          return text.empty() ? std::string("a budget is empty; give bytes, MiB or a percentage") : std::string();
+        },
+        "BUDGET"));
+  }
   if (old_plural) add_old_spelling(command, "--budgets", "--budget", budgets)->delimiter(',');
   return option;
 }

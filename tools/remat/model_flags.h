@@ -38,9 +38,10 @@ struct ModelFlags {
 };
 
 /// `--budget B[,B...]` (also repeatable): activation budgets as bytes, KiB/MiB/GiB or % of the
-/// unchecked peak. `old_plural`: also accept the deprecated `--budgets`.
+/// unchecked peak. `old_plural`: also accept the deprecated `--budgets`. `empty_means_none`: `''`
+/// stands for "no budget" (bench's list); otherwise an empty budget is refused, not taken as none.
 CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
-                               bool old_plural = false);
+                               bool old_plural = false, bool empty_means_none = false);
 
 /// `--checkpoint-mode reentrant|non-reentrant` straight into `mode` (its current value the default).
 CLI::Option* add_checkpoint_mode_option(CLI::App& command, CheckpointMode& mode, const std::string& help);
