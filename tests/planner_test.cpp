@@ -245,6 +245,11 @@ TEST(Planner, ParsesBudgets) {
       EXPECT_NE(std::string(e.what_without_backtrace()).find("budget"), std::string::npos);
     }
   }
+  // A 100,000-digit budget is refused without echoing it whole; 1e400 is out of range, not "not a number".
+  const std::string digits = remat::testing::error_of([] { remat::parse_budget(std::string(100000, '9'), 100); });
+  EXPECT_NE(digits.find("is out of range"), std::string::npos) << digits.substr(0, 200);
+  EXPECT_LT(digits.size(), 400u);
+  REMAT_EXPECT_ERROR(remat::parse_budget("1e400", 100), "budget '1e400' is out of range");
 }
 
 TEST(Simulator, ChargesOnlyASegmentsLastStageItsGraphOnlyCosts) {
