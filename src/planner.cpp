@@ -82,6 +82,25 @@ TableSize table_size(int64_t n, int64_t longest, int64_t slots, int64_t options)
   return size;
 }
 
+// A segment nested inside another is at most this many stages long: all of them on chains the
+// bounds allow (the exact optimum), fewer on long ones (the optimum among such plans).
+int64_t longest_segment_within_bounds(int64_t n, int64_t slots, int64_t options) {
+  auto fits = [&](int64_t longest) {
+    const TableSize size = table_size(n, longest, slots, options);
+    return size.entries <= kMaxTableEntries && size.updates <= kMaxSlotUpdates;
+  };
+  REMAT_CHECK(fits(1), "planner: a chain of ", n, " stages with ", slots, " memory slots needs a table of ",
+              table_size(n, 1, slots, options).entries, " entries or more (at most ", kMaxTableEntries,
+              "); plan fewer stages (a coarser granularity) or with fewer memory slots.");
+  // Nesting needs a stage per level: segments longer than a plan may nest would be wasted.
+  int64_t fitting = 1, too_long = std::min<int64_t>(n, Plan::kMaxNesting) + 1;  // by bisection
+  while (too_long - fitting > 1) {
+    const int64_t mid = fitting + (too_long - fitting) / 2;
+    (fits(mid) ? fitting : too_long) = mid;
+  }
+  return fitting;
+}
+
 }  // namespace
 
 int64_t OptimalPlanner::captured_units(int64_t first, int64_t t) const {
@@ -115,22 +134,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
   for (const auto& s : stages) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
 
-  // A segment nested inside another is at most max_segment_ stages long: all of them on chains the
-  // bounds allow (the exact optimum), fewer on long ones (the optimum among such plans).
-  auto fits = [&](int64_t longest) {
-    const TableSize size = table_size(n_, longest, slots_, max_options_);
-    return size.entries <= kMaxTableEntries && size.updates <= kMaxSlotUpdates;
-  };
-  REMAT_CHECK(fits(1), "planner: a chain of ", n_, " stages with ", slots_, " memory slots needs a table of ",
-              table_size(n_, 1, slots_, max_options_).entries, " entries or more (at most ", kMaxTableEntries,
-              "); plan fewer stages (a coarser granularity) or with fewer memory slots.");
-  // Nesting needs a stage per level: segments longer than a plan may nest would be wasted.
-  int64_t fitting = 1, too_long = std::min<int64_t>(n_, Plan::kMaxNesting) + 1;  // by bisection
-  while (too_long - fitting > 1) {
-    const int64_t mid = fitting + (too_long - fitting) / 2;
-    (fits(mid) ? fitting : too_long) = mid;
-  }
-  max_segment_ = fitting;
+  max_segment_ = longest_segment_within_bounds(n_, slots_, max_options_);
   row_offset_.assign(n_ + 1, 0);
   for (int64_t s = 0; s < n_; ++s) {
     const int64_t inside = std::min(max_segment_, n_ - s);
@@ -207,7 +211,12 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
       }
     }
   }
-  // Least memory: the first slot where the whole chain is feasible (the table is monotone in m).
+  find_least_memory_plan();
+  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The first slot where the whole chain is feasible (the table is monotone in m), and its plan's peak.
+void OptimalPlanner::find_least_memory_plan() {
   for (int64_t m = 0; m <= slots_ && min_units_ < 0; ++m) {
     if (table_[index(0, n_ - 1, m)] < kInfinity) min_units_ = m;
   }
@@ -219,7 +228,6 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   } else {
     min_feasible_bytes_ = -1;
   }
-  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {

@@ -52,6 +52,7 @@ class OptimalPlanner {
  private:
   double cost(int64_t s, int64_t t, int64_t m) const;
   void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
+  void find_least_memory_plan();
   size_t index(int64_t s, int64_t t, int64_t m) const;
   /// Units of parameter gradients held inside a segment ending at t once stages first..t are
   /// back-propagated (0 at the top level: subproblems ending at n-1; see docs/planner.md).

@@ -78,6 +78,27 @@ void check_fits_in_memory(const TrainOptions& o, const std::string& granularity,
   models::check_gpt_run_fits_in_memory(o.model, activations, /*optimizer_moments=*/2);  // AdamW
 }
 
+// The saved state must be of this run: the same model, batch and corpus.
+void check_resumable(const std::pair<fs::path, nlohmann::json>& resumed, const TrainOptions& options,
+                     const Corpus& corpus) {
+  const auto& meta = resumed.second;
+  REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), "resume: '",
+              resumed.first.string(), "/meta.json' lacks config, step or sampler state; the state is corrupt.");
+  const auto saved = meta["config"];
+  const auto wanted = config_json(options.model);
+  for (const auto& [key, value] : wanted.items()) {
+    REMAT_CHECK(saved.contains(key) && saved[key] == value, "resume: the state in '", options.resume_dir,
+                "' was saved for a model with ", key, " ", saved.value(key, nlohmann::json()).dump(),
+                " but this run asks for ", value.dump(), ". Use the same GptConfig as the saved run.");
+  }
+  REMAT_CHECK(meta.value("batch", int64_t{0}) == options.batch, "resume: the saved run used TrainOptions::batch ",
+              meta.value("batch", int64_t{0}), ", this run asks for ", options.batch, ".");
+  const nlohmann::json data = corpus_json(corpus);
+  REMAT_CHECK(meta.contains("data") && meta["data"] == data, "resume: the saved run trained on ",
+              meta.contains("data") ? meta["data"].dump() : std::string("(unrecorded data)"), ", this run on ",
+              data.dump(), ". Resume with the same TrainOptions::data_file (the batches continue where they stopped).");
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
@@ -121,22 +142,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   std::pair<fs::path, nlohmann::json> resumed;
   if (!options_.resume_dir.empty()) {
     resumed = load_state_dir(options_.resume_dir);
-    const auto& meta = resumed.second;
-    REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), "resume: '",
-                resumed.first.string(), "/meta.json' lacks config, step or sampler state; the state is corrupt.");
-    const auto saved = meta["config"];
-    const auto wanted = config_json(options_.model);
-    for (const auto& [key, value] : wanted.items()) {
-      REMAT_CHECK(saved.contains(key) && saved[key] == value, "resume: the state in '", options_.resume_dir,
-                  "' was saved for a model with ", key, " ", saved.value(key, nlohmann::json()).dump(),
-                  " but this run asks for ", value.dump(), ". Use the same GptConfig as the saved run.");
-    }
-    REMAT_CHECK(meta.value("batch", int64_t{0}) == options_.batch, "resume: the saved run used TrainOptions::batch ",
-                meta.value("batch", int64_t{0}), ", this run asks for ", options_.batch, ".");
-    const nlohmann::json data = corpus_json(*corpus_);
-    REMAT_CHECK(meta.contains("data") && meta["data"] == data, "resume: the saved run trained on ",
-                meta.contains("data") ? meta["data"].dump() : std::string("(unrecorded data)"), ", this run on ",
-                data.dump(), ". Resume with the same TrainOptions::data_file (the batches continue where they stopped).");
+    check_resumable(resumed, options_, *corpus_);
   }
   if (!options_.save_dir.empty() && rank_ == 0) check_state_dir_writable(options_.save_dir);  // before any step
 
