@@ -1,6 +1,8 @@
 // Planning any sequential model: SequentialChain, plan_for_budget, Planned and verify_plan on an
 // MLP with dropout and a conv net with BatchNorm — exact gradients and statistics under every plan
 // the planner makes, models left untouched by profiling, and clear errors for what cannot work.
+#include <map>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -184,6 +186,34 @@ TEST(SequentialChain, TwinStagesShareOneProfiledTime) {
     EXPECT_EQ(a.nograd_seconds, b.nograd_seconds) << a.name;
   }
   EXPECT_NE(costs.stages[0].options[0].backward_seconds, costs.stages[4].options[0].backward_seconds);
+}
+
+// Counts the stage runs profiling makes.
+struct CountingChain : remat::SequentialChain {
+  using remat::SequentialChain::SequentialChain;
+  std::map<int64_t, int> runs;
+  at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override {
+    ++runs[index];
+    return remat::SequentialChain::forward_stage(index, input, option);
+  }
+};
+
+TEST(SequentialChain, TwinsBeyondTheFirstFourAreNotTimedAgain) {
+  const at::Tensor x = torch::randn({16, 32});
+  nn::Sequential net = mlp(7);  // Linear(32,128) at stages 0, 4, ..., 24: stage 0 apart (its input needs no grad)
+  CountingChain chain(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(2));
+  EXPECT_GT(chain.runs[16], 2) << "the fourth twin is timed";
+  EXPECT_EQ(chain.runs[20], 1) << "the fifth twin runs only in the pass that makes every stage's input";
+  EXPECT_EQ(chain.runs[24], 1);
+  EXPECT_GT(chain.runs[0], 2) << "stage 0 is no twin of theirs";
+  const auto& timed = costs.stages[4];
+  const auto& copied = costs.stages[24];
+  EXPECT_EQ(copied.name, chain.stages()[24].name);
+  EXPECT_EQ(copied.output_bytes, timed.output_bytes);
+  EXPECT_EQ(copied.options[0].kept_bytes, timed.options[0].kept_bytes);
+  EXPECT_EQ(copied.options[0].forward_seconds, timed.options[0].forward_seconds);
+  EXPECT_EQ(copied.options[0].backward_seconds, timed.options[0].backward_seconds);
 }
 
 TEST(SequentialChain, StagesGivenAsFunctionsWithOptions) {
