@@ -141,7 +141,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
                  std::to_string(at::get_num_threads()) + " threads" +
                  (options.mode() == CheckpointMode::non_reentrant ? ", segment ends: non-reentrant early stop" : "");
   // Twins (one signature, inputs of one shape) beyond the first few are not timed again: they take
-  // the pooled costs of those (a 300-layer GPT profiles 8 halves, not 600). Linear time otherwise.
+  // the pooled costs of those (a stack of 300 identical layers times 4 of them, not 300).
   constexpr size_t kTimedTwins = 4;
   std::map<std::string, std::vector<int64_t>> timed_twins;
   std::vector<std::pair<int64_t, int64_t>> copies;  // (stage, the twin it takes its costs from)
