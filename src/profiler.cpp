@@ -103,6 +103,131 @@ void pool_twin_stage_times(const Chain& chain, CostTable& table) {
   }
 }
 
+// Stage `i`'s forward as a checkpointed segment runs it (recorded, saved tensors dropped): its
+// seconds and the bytes it needs beyond its output.
+std::pair<double, int64_t> segment_forward(Chain& chain, int64_t i, const at::Tensor& x, c10::Device device) {
+  detail::synchronize_if_cuda(device);
+  const int64_t before = memory_stats(device).current_bytes;
+  reset_peak_memory(device);
+  const auto start = Clock::now();
+  at::Tensor y;
+  {
+    detail::DropSavedTensorsScope drop_saved;
+    y = chain.forward_stage(i, x, chain.stages()[i].options.front());
+  }
+  const double seconds = seconds_since(start, device);
+  return {seconds, memory_stats(device).peak_bytes - before - storage_bytes(y)};
+}
+
+// Times and sizes stage `i` on its real input `activation`, option by option, plainly, graph-only
+// (as a segment's last stage) and as a checkpointed segment's forward, into `cost`.
+void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const ProfileOptions& options,
+                   c10::Device device, StageCost& cost) {
+  const StageInfo& info = chain.stages()[i];
+  // Options and the segment-style forward are measured in interleaved rounds, so that machine
+  // drift (two shared cores) moves them alike rather than favouring whichever ran last.
+  std::vector<double> nograd_times;
+  int64_t nograd_extra = 0;
+  // Per option, the plain run [0] and the graph-only run [1] (as the last stage of a recompute).
+  std::vector<std::array<StageRunCost, 2>> runs(info.options.size());
+  std::vector<std::array<std::vector<double>, 2>> forward_times(info.options.size()), backward_times(info.options.size());
+  cost.options.resize(info.options.size());
+  for (size_t o = 0; o < info.options.size(); ++o) cost.options[o].option = info.options[o];
+  const bool generic_stop = options.mode() == CheckpointMode::non_reentrant;
+  std::vector<size_t> saved_counts(info.options.size(), 0);
+  if (generic_stop) {
+    for (size_t o = 0; o < info.options.size(); ++o) {
+      saved_counts[o] = saved_tensor_count(chain, i, stage_input(activation, i == 0), info.options[o]);
+    }
+  }
+  for (int r = -options.warmup(); r < options.repeats(); ++r) {
+    for (size_t o = 0; o < info.options.size(); ++o) {
+      for (int graph_only = 0; graph_only < 2; ++graph_only) {
+        StageRunCost& rc = runs[o][graph_only];
+        at::Tensor x = stage_input(activation, i == 0);
+        if (graph_only && generic_stop) {
+          // The stage's forward until its last saved tensor; its backward is the plain one's.
+          detail::synchronize_if_cuda(device);
+          const int64_t before = memory_stats(device).current_bytes;
+          reset_peak_memory(device);
+          const auto start = Clock::now();
+          std::vector<at::Tensor> kept;
+          if (saved_counts[o] > 0) {
+            detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved_counts[o]); });
+            try {
+              chain.forward_stage(i, x, info.options[o]);
+            } catch (const StopAtLastSaved&) {
+            }
+          }
+          const double forward_seconds = saved_counts[o] > 0 ? seconds_since(start, device) : 0.0;
+          const auto after = memory_stats(device);
+          if (r < 0) continue;
+          forward_times[o][1].push_back(forward_seconds);
+          backward_times[o][1].push_back(backward_times[o][0].back());
+          rc.kept_bytes = std::max(rc.kept_bytes, after.current_bytes - before);
+          rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after.peak_bytes - after.current_bytes);
+          rc.backward_extra_bytes = runs[o][0].backward_extra_bytes;
+          continue;
+        }
+        // Recording forward.
+        detail::synchronize_if_cuda(device);
+        const int64_t before = memory_stats(device).current_bytes;
+        reset_peak_memory(device);
+        auto start = Clock::now();
+        at::Tensor y = graph_only ? chain.forward_stage_graph_only(i, x, info.options[o])
+                                  : chain.forward_stage(i, x, info.options[o]);
+        const double forward_seconds = seconds_since(start, device);
+        const auto after_forward = memory_stats(device);
+        REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require ",
+                    "grad (no parameters and no floating-point input reach it); merge it into a neighbouring stage.");
+        // Backward from δ(i) as a step's backward has it: made by the next stage's backward and
+        // owned by the engine, which frees it as soon as this stage's first operation has used
+        // it. A product with one stands in for the next stage: its backward makes δ(i) from a
+        // broadcast scalar, which holds no memory. Transients are then measured above δ(i).
+        const at::Tensor root = at::mul(y, 1.0);
+        const at::Tensor seed = at::ones({}, y.options()).expand(y.sizes());
+        const int64_t before_backward = memory_stats(device).current_bytes;
+        reset_peak_memory(device);
+        start = Clock::now();
+        torch::autograd::backward({root}, {seed});
+        const double backward_seconds = seconds_since(start, device);
+        const auto after_backward = memory_stats(device);
+        const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
+        const int64_t output_grad = y.numel() * static_cast<int64_t>(y.element_size());  // δ(i)
+        if (r < 0) continue;
+        forward_times[o][graph_only].push_back(forward_seconds);
+        backward_times[o][graph_only].push_back(backward_seconds);
+        rc.kept_bytes = std::max(rc.kept_bytes, after_forward.current_bytes - before);
+        rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
+        rc.backward_extra_bytes =
+            std::max(rc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad - output_grad);
+        if (!graph_only) {
+          cost.output_bytes = storage_bytes(y);
+          cost.input_grad_bytes = input_grad;
+        }
+      }
+    }
+    const auto [seconds, extra_bytes] = segment_forward(chain, i, stage_input(activation, i == 0), device);
+    if (r < 0) continue;
+    nograd_times.push_back(seconds);
+    nograd_extra = std::max<int64_t>(nograd_extra, extra_bytes);
+  }
+  for (size_t o = 0; o < info.options.size(); ++o) {
+    for (int graph_only = 0; graph_only < 2; ++graph_only) {
+      StageRunCost& rc = runs[o][graph_only];
+      rc.forward_seconds = median(forward_times[o][graph_only]);
+      rc.backward_seconds = median(backward_times[o][graph_only]);
+      rc.forward_extra_bytes = std::max<int64_t>(rc.forward_extra_bytes, 0);
+      rc.backward_extra_bytes = std::max<int64_t>(rc.backward_extra_bytes, 0);
+    }
+    if (generic_stop) runs[o][1].backward_extra_bytes = runs[o][0].backward_extra_bytes;
+    static_cast<StageRunCost&>(cost.options[o]) = runs[o][0];
+    cost.options[o].graph_only = runs[o][1];
+  }
+  cost.nograd_seconds = median(nograd_times);
+  cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
+}
+
 }  // namespace
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
@@ -162,120 +287,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
       }
       timed.push_back(i);
     }
-    // Options and the segment-style forward are measured in interleaved rounds, so that machine
-    // drift (two shared cores) moves them alike rather than favouring whichever ran last.
-    std::vector<double> nograd_times;
-    int64_t nograd_extra = 0;
-    // Per option, the plain run [0] and the graph-only run [1] (as the last stage of a recompute).
-    std::vector<std::array<StageRunCost, 2>> runs(info.options.size());
-    std::vector<std::array<std::vector<double>, 2>> forward_times(info.options.size()), backward_times(info.options.size());
-    cost.options.resize(info.options.size());
-    for (size_t o = 0; o < info.options.size(); ++o) cost.options[o].option = info.options[o];
-    const bool generic_stop = options.mode() == CheckpointMode::non_reentrant;
-    std::vector<size_t> saved_counts(info.options.size(), 0);
-    if (generic_stop) {
-      for (size_t o = 0; o < info.options.size(); ++o) {
-        saved_counts[o] = saved_tensor_count(chain, i, stage_input(activations[i], i == 0), info.options[o]);
-      }
-    }
-    for (int r = -options.warmup(); r < options.repeats(); ++r) {
-      for (size_t o = 0; o < info.options.size(); ++o) {
-        for (int graph_only = 0; graph_only < 2; ++graph_only) {
-          StageRunCost& rc = runs[o][graph_only];
-          at::Tensor x = stage_input(activations[i], i == 0);
-          if (graph_only && generic_stop) {
-            // The stage's forward until its last saved tensor; its backward is the plain one's.
-            detail::synchronize_if_cuda(device);
-            const int64_t before = memory_stats(device).current_bytes;
-            reset_peak_memory(device);
-            const auto start = Clock::now();
-            std::vector<at::Tensor> kept;
-            if (saved_counts[o] > 0) {
-              detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved_counts[o]); });
-              try {
-                chain.forward_stage(i, x, info.options[o]);
-              } catch (const StopAtLastSaved&) {
-              }
-            }
-            const double forward_seconds = saved_counts[o] > 0 ? seconds_since(start, device) : 0.0;
-            const auto after = memory_stats(device);
-            if (r < 0) continue;
-            forward_times[o][1].push_back(forward_seconds);
-            backward_times[o][1].push_back(backward_times[o][0].back());
-            rc.kept_bytes = std::max(rc.kept_bytes, after.current_bytes - before);
-            rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after.peak_bytes - after.current_bytes);
-            rc.backward_extra_bytes = runs[o][0].backward_extra_bytes;
-            continue;
-          }
-          // Recording forward.
-          detail::synchronize_if_cuda(device);
-          const int64_t before = memory_stats(device).current_bytes;
-          reset_peak_memory(device);
-          auto start = Clock::now();
-          at::Tensor y = graph_only ? chain.forward_stage_graph_only(i, x, info.options[o])
-                                    : chain.forward_stage(i, x, info.options[o]);
-          const double forward_seconds = seconds_since(start, device);
-          const auto after_forward = memory_stats(device);
-          REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require ",
-                      "grad (no parameters and no floating-point input reach it); merge it into a neighbouring stage.");
-          // Backward from δ(i) as a step's backward has it: made by the next stage's backward and
-          // owned by the engine, which frees it as soon as this stage's first operation has used
-          // it. A product with one stands in for the next stage: its backward makes δ(i) from a
-          // broadcast scalar, which holds no memory. Transients are then measured above δ(i).
-          const at::Tensor root = at::mul(y, 1.0);
-          const at::Tensor seed = at::ones({}, y.options()).expand(y.sizes());
-          const int64_t before_backward = memory_stats(device).current_bytes;
-          reset_peak_memory(device);
-          start = Clock::now();
-          torch::autograd::backward({root}, {seed});
-          const double backward_seconds = seconds_since(start, device);
-          const auto after_backward = memory_stats(device);
-          const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
-          const int64_t output_grad = y.numel() * static_cast<int64_t>(y.element_size());  // δ(i)
-          if (r < 0) continue;
-          forward_times[o][graph_only].push_back(forward_seconds);
-          backward_times[o][graph_only].push_back(backward_seconds);
-          rc.kept_bytes = std::max(rc.kept_bytes, after_forward.current_bytes - before);
-          rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
-          rc.backward_extra_bytes =
-              std::max(rc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad - output_grad);
-          if (!graph_only) {
-            cost.output_bytes = storage_bytes(y);
-            cost.input_grad_bytes = input_grad;
-          }
-        }
-      }
-      // Forward as a checkpointed segment runs it: recorded, saved tensors dropped.
-      at::Tensor x = stage_input(activations[i], i == 0);
-      detail::synchronize_if_cuda(device);
-      const int64_t before = memory_stats(device).current_bytes;
-      reset_peak_memory(device);
-      const auto start = Clock::now();
-      at::Tensor y;
-      {
-        detail::DropSavedTensorsScope drop_saved;
-        y = chain.forward_stage(i, x, info.options.front());
-      }
-      const double seconds = seconds_since(start, device);
-      const auto after = memory_stats(device);
-      if (r < 0) continue;
-      nograd_times.push_back(seconds);
-      nograd_extra = std::max<int64_t>(nograd_extra, after.peak_bytes - before - storage_bytes(y));
-    }
-    for (size_t o = 0; o < info.options.size(); ++o) {
-      for (int graph_only = 0; graph_only < 2; ++graph_only) {
-        StageRunCost& rc = runs[o][graph_only];
-        rc.forward_seconds = median(forward_times[o][graph_only]);
-        rc.backward_seconds = median(backward_times[o][graph_only]);
-        rc.forward_extra_bytes = std::max<int64_t>(rc.forward_extra_bytes, 0);
-        rc.backward_extra_bytes = std::max<int64_t>(rc.backward_extra_bytes, 0);
-      }
-      if (generic_stop) runs[o][1].backward_extra_bytes = runs[o][0].backward_extra_bytes;
-      static_cast<StageRunCost&>(cost.options[o]) = runs[o][0];
-      cost.options[o].graph_only = runs[o][1];
-    }
-    cost.nograd_seconds = median(nograd_times);
-    cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
+    measure_stage(chain, i, activations[i], options, device, cost);
     table.stages.push_back(std::move(cost));
   }
   pool_twin_stage_times(chain, table);
