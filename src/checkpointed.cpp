@@ -1,6 +1,7 @@
 #include "remat/checkpointed.h"
 
 #include "remat/error.h"
+#include "remat/policies.h"
 
 namespace remat {
 
@@ -60,20 +61,20 @@ at::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_
       return y;
     };
   };
-  const int64_t segment_size = n / segments;
   at::Tensor x = input;
-  int64_t begin = 0;
-  for (int64_t s = 0; s + 1 < segments; ++s, begin += segment_size) {
+  int64_t begin = 0, index = 0;
+  for (const auto& [first, end] : checkpoint_sequential_segments(n, segments)) {
     CheckpointOptions segment_options = options;
-    segment_options.name(options.name() + " segment " + std::to_string(s));
+    segment_options.name(options.name() + " segment " + std::to_string(index++));
     if (sequential->is_training()) {
       std::vector<at::Tensor> buffers;
-      for (int64_t i = begin; i < begin + segment_size; ++i) {
+      for (int64_t i = first; i < end; ++i) {
         for (const auto& b : modules[i].ptr()->buffers()) buffers.push_back(b);
       }
       segment_options.restore_after_recompute(std::move(buffers));
     }
-    x = checkpoint(run(begin, begin + segment_size), x, segment_options);
+    x = checkpoint(run(first, end), x, segment_options);
+    begin = end;
   }
   return run(begin, n)(x);
 }

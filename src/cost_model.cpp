@@ -145,7 +145,7 @@ std::string CostTable::to_json() const {
     stages_json.push_back({{"name", s.name}, {"output_bytes", s.output_bytes}, {"input_grad_bytes", s.input_grad_bytes},
                            {"parameter_bytes", s.parameter_bytes},
                            {"nograd_seconds", s.nograd_seconds}, {"nograd_extra_bytes", s.nograd_extra_bytes},
-                           {"options", options_json}});
+                           {"block", s.block}, {"options", options_json}});
   }
   return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
                          {"segment_bytes", segment_bytes}, {"stages", stages_json}})
@@ -174,6 +174,9 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
     c.parameter_bytes = f.bytes_or("parameter_bytes", 0);
     c.nograd_seconds = f.seconds("nograd_seconds");
     c.nograd_extra_bytes = f.bytes("nograd_extra_bytes");
+    c.block = f.integer_or("block", -1);
+    REMAT_CHECK(c.block >= -1 && c.block <= static_cast<int64_t>(stages.size()), f.where(), ": field 'block' must be -1 ",
+                "(outside any block) or a block index below the number of stages, found ", c.block, ".");
     total += static_cast<double>(c.output_bytes) + static_cast<double>(c.input_grad_bytes) +
              static_cast<double>(c.parameter_bytes) + static_cast<double>(c.nograd_extra_bytes);
     const nlohmann::json& options = f.array("options");
@@ -238,6 +241,20 @@ std::string CostTable::to_table() const {
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
   os << "end fwd, end kept: as the last stage of a recomputed segment (graph-only: no output computed)\n";
   return os.str();
+}
+
+Plan CostTable::plain_plan(CheckpointMode mode) const {
+  Plan plan;
+  plan.granularity = granularity;
+  plan.mode = mode;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    REMAT_CHECK(!stages[i].options.empty(), "the cost table's stage '", stages[i].name, "' has no options.");
+    plan.stage_names.push_back(stages[i].name);
+    plan.options.push_back(stages[i].options.front().option);
+    plan.items.push_back(PlanItem::run(static_cast<int64_t>(i)));
+  }
+  plan.default_options = plan.options;
+  return plan;
 }
 
 void CostTable::validate_against(const Chain& chain) const {

@@ -1,4 +1,4 @@
-#include "remat/files.h"
+#include "remat/internal/files.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -19,8 +19,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
-#include "remat/files.h"
 #include "detail/cuda_memory.h"
+#include "detail/timeline_recorder.h"
 #include "detail/torch_compat.h"
 #include "remat/error.h"
 #include "remat/memory_timeline.h"
@@ -28,31 +28,7 @@
 namespace remat {
 namespace {
 
-// The one recording timeline. `active` is read without the lock on every allocation.
-struct TimelineRecorder {
-  std::atomic<bool> active{false};
-  std::mutex mutex;
-  c10::Device device{c10::kCPU};
-  std::chrono::steady_clock::time_point start;
-  std::vector<MemoryEvent> events;
-
-  /// `device`: where the bytes were counted; a sample of another device's timeline is dropped.
-  void record(int64_t bytes, c10::Device counted_on) {
-    const StepPhase phase = current_step_phase();
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!active || device != counted_on) return;
-    events.push_back({std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes, phase});
-  }
-};
-
-// Never destroyed, like the allocator below: tensors (and a runtime's own timeline, through the C
-// interface) may still be freed during static destruction at exit.
-TimelineRecorder& timeline_recorder() {
-  static auto* recorder = new TimelineRecorder;
-  return *recorder;
-}
-
-std::atomic<int> step_phase{static_cast<int>(StepPhase::idle)};
+using detail::timeline_recorder;
 
 // Counts bytes per live allocation. Sizes live in a side table keyed by pointer rather than in a
 // DataPtr context because LibTorch's raw_allocate requires the context to be the data pointer.
@@ -151,12 +127,6 @@ void reset_peak_memory(c10::Device device) {
   TrackingCpuAllocator::instance().reset_peak();
 }
 
-void keep_freed_memory_in_process() {
-#if defined(__GLIBC__)
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // serve blocks up to 1 GiB from the heap, not fresh mmaps
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and keep up to 1 GiB of free heap top
-#endif
-}
 
 double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
@@ -205,75 +175,6 @@ StepMeasurement measure_step(const std::function<at::Tensor()>& forward, c10::De
   m.step_seconds = seconds_since(start);
   m.peak_bytes = memory_stats(device).peak_bytes;
   return m;
-}
-
-const char* to_string(StepPhase phase) {
-  switch (phase) {
-    case StepPhase::idle: return "idle";
-    case StepPhase::forward: return "forward";
-    case StepPhase::backward: return "backward";
-    case StepPhase::recompute: return "recompute";
-  }
-  return "unknown";
-}
-
-StepPhase current_step_phase() { return static_cast<StepPhase>(step_phase.load()); }
-
-namespace {
-void sample_at_phase_change() {
-  auto& recorder = timeline_recorder();
-  if (!recorder.active) return;
-  c10::Device device = c10::kCPU;
-  {
-    std::lock_guard<std::mutex> lock(recorder.mutex);
-    device = recorder.device;
-  }
-  detail::synchronize_if_cuda(device);
-  recorder.record(memory_stats(device).current_bytes, device);
-}
-}  // namespace
-
-StepPhaseScope::StepPhaseScope(StepPhase phase) : previous_(current_step_phase()) {
-  sample_at_phase_change();  // the last moment of the previous phase
-  step_phase.store(static_cast<int>(phase));
-  sample_at_phase_change();
-}
-
-StepPhaseScope::~StepPhaseScope() {
-  sample_at_phase_change();
-  step_phase.store(static_cast<int>(previous_));
-  sample_at_phase_change();
-}
-
-MemoryTimeline::MemoryTimeline(c10::Device device) {
-  const MemoryStats now = memory_stats(device);  // checks the device and, on CPU, the tracker
-  auto& recorder = timeline_recorder();
-  std::lock_guard<std::mutex> lock(recorder.mutex);
-  REMAT_CHECK(!recorder.active, "MemoryTimeline: another timeline is recording; stop it first (one at a time).");
-  recorder.device = device;
-  recorder.events.clear();
-  recorder.start = std::chrono::steady_clock::now();
-  recorder.events.push_back({0.0, now.current_bytes, current_step_phase()});
-  recorder.active = true;
-  recording_ = true;
-}
-
-MemoryTimeline::~MemoryTimeline() { stop(); }
-
-std::vector<MemoryEvent> MemoryTimeline::stop() {
-  if (!recording_) return {};
-  recording_ = false;
-  auto& recorder = timeline_recorder();
-  std::lock_guard<std::mutex> lock(recorder.mutex);
-  recorder.active = false;
-  return std::move(recorder.events);
-}
-
-void write_memory_events_csv(const std::vector<MemoryEvent>& events, const std::string& path) {
-  std::ostringstream text;
-  text << "seconds,bytes,phase\n" << std::setprecision(9);
-  for (const auto& e : events) text << e.seconds << ',' << e.bytes << ',' << to_string(e.phase) << '\n';
-  write_file_atomically(path, text.str());
 }
 
 }  // namespace remat

@@ -12,7 +12,7 @@
 #include "detail/chain_state.h"
 #include "remat/error.h"
 #include "remat/memory.h"
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 
 namespace remat {
 namespace {

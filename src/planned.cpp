@@ -25,7 +25,7 @@ PlannedImpl::PlannedImpl(torch::nn::Sequential sequential, Budget budget, Planne
   for (const auto& child : sequential_->named_children()) register_module(child.key(), child.value());
 }
 
-const BudgetPlan& PlannedImpl::calibrate(const at::Tensor& sample_input) {
+const PlanResult& PlannedImpl::calibrate(const at::Tensor& sample_input) {
   REMAT_CHECK(sample_input.defined(), "Planned::calibrate: the sample input is undefined.");
   c10::AutoGradMode grad(true);
   result_ = plan_for_budget(*chain_, sample_input, budget_, options_.planning());
@@ -35,7 +35,7 @@ const BudgetPlan& PlannedImpl::calibrate(const at::Tensor& sample_input) {
   return *result_;
 }
 
-const BudgetPlan& PlannedImpl::budget_plan() const {
+const PlanResult& PlannedImpl::budget_plan() const {
   REMAT_CHECK(result_.has_value(), "Planned: not calibrated yet; call calibrate(sample) or run a forward in training mode.");
   return *result_;
 }

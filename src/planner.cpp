@@ -1,18 +1,21 @@
 #include "remat/planner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
 #include "remat/error.h"
+#include "remat/memory.h"
+#include "remat/policies.h"
 
 namespace remat {
-namespace {
+namespace detail {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit; }
+static int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit; }
 
 // Stage costs in memory units, option by option (rounded up: feasible in units => fits in bytes).
 struct UnitStage {
@@ -26,7 +29,7 @@ struct UnitStage {
   std::vector<Option> end_options;  ///< the same options where the stage ends a recomputed segment
 };
 
-std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
+static std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
   std::vector<UnitStage> out;
   for (const auto& s : costs.stages) {
     UnitStage u;
@@ -48,7 +51,12 @@ std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
   return out;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::kInfinity;
+using detail::round_up;
+using detail::to_units;
+using detail::UnitStage;
 
 size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
   // Row s holds the ranges s..s+L-1 that fit inside a segment, then s..n-1 (the top level's rest).
@@ -104,7 +112,7 @@ int64_t longest_segment_within_bounds(int64_t n, int64_t slots, int64_t options)
 }  // namespace
 
 int64_t OptimalPlanner::captured_units(int64_t first, int64_t t) const {
-  if (template_.mode == CheckpointMode::non_reentrant) return 0;  // gradients go to .grad as they come
+  if (options_.mode() == CheckpointMode::non_reentrant) return 0;  // gradients go to .grad as they come
   return t < n_ - 1 && first <= t ? parameter_units_before_[t + 1] - parameter_units_before_[first] : 0;
 }
 
@@ -113,21 +121,23 @@ double OptimalPlanner::cost(int64_t s, int64_t t, int64_t m) const {
   return table_[index(s, t, std::min(m, slots_))];
 }
 
-OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memory_slots, int64_t max_budget_bytes)
-    : costs_(std::move(costs)), template_(std::move(plan_template)) {
+OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes)
+    : OptimalPlanner(std::move(costs), options, max_budget_bytes, /*refine_least=*/true) {}
+
+OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
+                               bool refine_least)
+    : costs_(std::move(costs)), options_(options) {
   const auto start = std::chrono::steady_clock::now();
   n_ = static_cast<int64_t>(costs_.stages.size());
-  REMAT_CHECK(n_ >= 1 && static_cast<int64_t>(template_.stage_names.size()) == n_, "planner: the cost table has ", n_,
-              " stages but the chain ", template_.stage_names.size(), ".");
+  REMAT_CHECK(n_ >= 1, "planner: the cost table has no stages.");
+  const int64_t memory_slots = options_.memory_slots();
   REMAT_CHECK(memory_slots >= 1 && memory_slots <= 100000, "planner: memory_slots must be in [1, 100000], got ",
               memory_slots, ".");
-  if (max_budget_bytes <= 0) {
-    Plan none = template_;
-    for (int64_t i = 0; i < n_; ++i) none.options[i] = costs_.stages[i].options.front().option;
-    // Twice the unchecked peak: with sizes rounded up to units, the unchecked plan itself needs
-    // headroom to stay feasible.
-    max_budget_bytes = 2 * std::max<int64_t>(simulate(none, costs_).peak_bytes, 1);
-  }
+  plain_ = costs_.plain_plan(options_.mode());
+  unchecked_ = simulate(plain_, costs_);
+  // Twice the unchecked peak: with sizes rounded up to units, the unchecked plan itself needs
+  // headroom to stay feasible.
+  if (max_budget_bytes <= 0) max_budget_bytes = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
   slots_ = memory_slots;
   unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
   const auto stages = to_units(costs_, unit_);
@@ -149,6 +159,13 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
   parameter_units_before_.assign(n_ + 1, 0);
   for (int64_t k = 0; k < n_; ++k) parameter_units_before_[k + 1] = parameter_units_before_[k] + stages[k].parameters;
 
+  fill_table(stages, segment_units);
+  find_least_memory_plan();
+  if (refine_least) refine_least_feasible_budget();
+  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t segment_units) {
   // Loops run over the memory slots innermost: for a fixed choice the recurrence reads contiguous
   // rows of the table, which the compiler vectorises. Ties keep the earlier choice (options first,
   // then segment ends in increasing order), as a scalar loop would.
@@ -211,8 +228,6 @@ OptimalPlanner::OptimalPlanner(CostTable costs, Plan plan_template, int64_t memo
       }
     }
   }
-  find_least_memory_plan();
-  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // The first slot where the whole chain is feasible (the table is monotone in m), and its plan's peak.
@@ -220,13 +235,37 @@ void OptimalPlanner::find_least_memory_plan() {
   for (int64_t m = 0; m <= slots_ && min_units_ < 0; ++m) {
     if (table_[index(0, n_ - 1, m)] < kInfinity) min_units_ = m;
   }
-  if (min_units_ >= 0) {
-    Plan plan = template_;
-    plan.items.clear();
-    build(0, n_ - 1, min_units_, plan.items, plan);
-    min_feasible_bytes_ = simulate(plan, costs_).peak_bytes;
-  } else {
-    min_feasible_bytes_ = -1;
+  if (min_units_ < 0) return;
+  least_memory_plan_ = plain_;
+  least_memory_plan_.items.clear();
+  build(0, n_ - 1, min_units_, least_memory_plan_.items, least_memory_plan_);
+  least_feasible_bytes_ = simulate(least_memory_plan_, costs_).peak_bytes;
+}
+
+// Where this table's unit is coarse against the least peak (a budget far above it, or a chain of
+// many small stages whose rounded-up sizes add up), tables spanning [0, 2·least] refine it until it
+// stops falling: every result then means the same, the least budget within 0.2%.
+void OptimalPlanner::refine_least_feasible_budget() {
+  int64_t unit = unit_;
+  const int64_t default_span = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
+  if (least_feasible_bytes_ < 0 && unit_ * slots_ < default_span) {
+    // A table for a budget below what any plan needs finds no plan at all: the least comes from a
+    // table over the default range.
+    const OptimalPlanner wide(costs_, options_, 0, /*refine_least=*/false);
+    least_feasible_bytes_ = wide.least_feasible_bytes_;
+    least_memory_plan_ = wide.least_memory_plan_;
+    unit = wide.unit_;
+  }
+  for (int round = 0; round < 6 && least_feasible_bytes_ > 0 && unit * 500 > least_feasible_bytes_; ++round) {
+    const OptimalPlanner finer(costs_, options_, 2 * least_feasible_bytes_, /*refine_least=*/false);
+    if (finer.least_feasible_bytes_ <= 0 || finer.unit_ >= unit) break;
+    const bool fell = finer.least_feasible_bytes_ < least_feasible_bytes_ - least_feasible_bytes_ / 100;
+    if (finer.least_feasible_bytes_ < least_feasible_bytes_) {
+      least_feasible_bytes_ = finer.least_feasible_bytes_;
+      least_memory_plan_ = finer.least_memory_plan_;
+    }
+    unit = finer.unit_;
+    if (!fell) break;
   }
 }
 
@@ -262,17 +301,19 @@ double OptimalPlanner::least_seconds(int64_t budget_bytes) const {
 PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
+  result.planner = PlannerKind::optimal;
+  result.name = to_string(PlannerKind::optimal);
   result.budget_bytes = budget_bytes;
-  result.min_feasible_budget_bytes = min_feasible_bytes_;
+  result.unchecked = unchecked_;
+  result.least_feasible_budget_bytes = least_feasible_bytes_;
   // Sizes round up, so the budget's row holds a plan that fits; on a chain of many small stages the
   // rounding adds up, and rows above the budget's may hold faster plans that still fit in bytes:
   // step up by the slack the simulator finds while they do.
-  // The least-memory row's plan fits any budget of at least its peak, whatever the rounding.
   int64_t first = budget_bytes < 0 ? -1 : std::min<int64_t>(budget_bytes / unit_, slots_);
-  if (min_units_ >= 0 && first < min_units_ && budget_bytes >= min_feasible_bytes_) first = min_units_;
+  if (min_units_ >= 0 && first < min_units_ && budget_bytes >= least_feasible_bytes_) first = min_units_;
   for (int64_t m = first; m >= 0 && m <= slots_;) {
     if (table_[index(0, n_ - 1, m)] == kInfinity) break;
-    Plan plan = template_;
+    Plan plan = plain_;
     plan.items.clear();
     build(0, n_ - 1, m, plan.items, plan);
     const Prediction prediction = simulate(plan, costs_);
@@ -285,133 +326,249 @@ PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
     if (m == slots_) break;
     m += std::max<int64_t>(1, (budget_bytes - prediction.peak_bytes) / unit_);
   }
+  // The least-memory plan (refined below the grid) fits any budget of at least its peak.
+  if (!result.feasible && least_feasible_bytes_ >= 0 && budget_bytes >= least_feasible_bytes_) {
+    result.feasible = true;
+    result.plan = least_memory_plan_;
+    result.prediction = simulate(least_memory_plan_, costs_);
+  }
   result.solve_seconds = fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
-PlanResult revolve_plan(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes, int64_t memory_slots) {
-  // The homogeneous model Revolve assumes: every block stage costs the mean block stage (first
-  // and last stages keep their own costs; they are not part of the repeated chain).
-  CostTable uniform = costs;
-  const auto n = static_cast<int64_t>(costs.stages.size());
-  if (n > 2) {
-    StageCost mean = costs.stages[1];
-    const double count = static_cast<double>(n - 2);
-    auto average = [&](auto getter) {
-      double sum = 0;
-      for (int64_t i = 1; i < n - 1; ++i) sum += static_cast<double>(getter(costs.stages[i]));
-      return sum / count;
-    };
-    mean.output_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.output_bytes; })));
-    mean.input_grad_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.input_grad_bytes; })));
-    mean.nograd_seconds = average([](const StageCost& s) { return s.nograd_seconds; });
-    mean.nograd_extra_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.nograd_extra_bytes; })));
-    StageOptionCost o = costs.stages[1].options.front();
-    o.forward_seconds = average([](const StageCost& s) { return s.options.front().forward_seconds; });
-    o.backward_seconds = average([](const StageCost& s) { return s.options.front().backward_seconds; });
-    o.kept_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.options.front().kept_bytes; })));
-    o.forward_extra_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.options.front().forward_extra_bytes; })));
-    o.backward_extra_bytes = static_cast<int64_t>(std::ceil(average([](const StageCost& s) { return s.options.front().backward_extra_bytes; })));
-    mean.options = {o};  // Revolve knows no stage options
-    for (int64_t i = 1; i < n - 1; ++i) {
-      const std::string name = uniform.stages[i].name;
-      uniform.stages[i] = mean;
-      uniform.stages[i].name = name;
-    }
+std::string to_string(PlannerKind kind) {
+  switch (kind) {
+    case PlannerKind::optimal: return "optimal";
+    case PlannerKind::revolve: return "revolve";
+    case PlannerKind::chen: return "chen";
+    case PlannerKind::policy: return "policy";
   }
-  for (auto& s : uniform.stages) s.options.resize(1);
-  Plan base = plan_template;
-  for (int64_t i = 0; i < n; ++i) base.options[i] = costs.stages[i].options.front().option;
-  OptimalPlanner planner(uniform, base, memory_slots, std::max<int64_t>(budget_bytes, 1));
+  return "unknown";
+}
+
+double PlanResult::predicted_overhead() const {
+  return unchecked.step_seconds > 0 ? prediction.step_seconds / unchecked.step_seconds - 1 : 0.0;
+}
+
+const PlanResult& PlanResult::ensure_feasible() const {
+  if (feasible) return *this;
+  const int64_t least = least_feasible_budget_bytes;
+  const double unchecked_peak = static_cast<double>(std::max<int64_t>(unchecked.peak_bytes, 1));
+  REMAT_CHECK(least >= 0, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (",
+              format_bytes(budget_bytes), "), and none fits any budget: the chain's stages alone exceed what the ",
+              "planner can hold. Plan a smaller model or batch.");
+  REMAT_CHECK(false, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (", format_bytes(budget_bytes),
+              "): the smallest feasible budget is ", least, " bytes (", format_bytes(least), ", ",
+              std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,
+              "% of the unchecked peak). Give at least that, or a smaller model or batch.");
+  return *this;
+}
+
+PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
+  // The table spans [0, budget]: its memory unit is budget/slots, so rounding costs at most a slot
+  // per term of the recurrence, relative to the budget asked for.
+  const OptimalPlanner planner(costs, options, std::max<int64_t>(budget_bytes, 1));
   PlanResult result = planner.plan(budget_bytes);
-  if (result.feasible) {
-    result.prediction = simulate(result.plan, costs);  // costed on the real chain: it may not fit
-    result.feasible = result.prediction.peak_bytes <= budget_bytes;
-  }
+  result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
-PlanResult chen_greedy_plan(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes) {
+int64_t least_feasible_budget(const CostTable& costs, const PlannerOptions& options) {
+  return OptimalPlanner(costs, options).least_feasible_budget_bytes();
+}
+
+namespace {
+
+// Which stages are the repeated chain: those of blocks, or every stage where the table names none.
+std::vector<bool> block_stages(const CostTable& costs) {
+  std::vector<bool> in_block;
+  bool any = false;
+  for (const auto& s : costs.stages) {
+    in_block.push_back(s.block >= 0);
+    any = any || s.block >= 0;
+  }
+  if (!any) in_block.assign(costs.stages.size(), true);
+  return in_block;
+}
+
+// The mean of the block stages' costs, default option only (Revolve knows no stage options).
+StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_block) {
+  std::vector<const StageCost*> members;
+  for (size_t i = 0; i < costs.stages.size(); ++i) {
+    if (in_block[i]) members.push_back(&costs.stages[i]);
+  }
+  const double count = static_cast<double>(members.size());
+  auto average = [&](auto getter) {
+    double sum = 0;
+    for (const StageCost* s : members) sum += static_cast<double>(getter(*s));
+    return sum / count;
+  };
+  auto average_bytes = [&](auto getter) { return static_cast<int64_t>(std::ceil(average(getter))); };
+  StageCost mean = *members.front();
+  mean.output_bytes = average_bytes([](const StageCost& s) { return s.output_bytes; });
+  mean.input_grad_bytes = average_bytes([](const StageCost& s) { return s.input_grad_bytes; });
+  mean.parameter_bytes = average_bytes([](const StageCost& s) { return s.parameter_bytes; });
+  mean.nograd_seconds = average([](const StageCost& s) { return s.nograd_seconds; });
+  mean.nograd_extra_bytes = average_bytes([](const StageCost& s) { return s.nograd_extra_bytes; });
+  StageOptionCost o = members.front()->options.front();
+  o.forward_seconds = average([](const StageCost& s) { return s.options.front().forward_seconds; });
+  o.backward_seconds = average([](const StageCost& s) { return s.options.front().backward_seconds; });
+  o.kept_bytes = average_bytes([](const StageCost& s) { return s.options.front().kept_bytes; });
+  o.forward_extra_bytes = average_bytes([](const StageCost& s) { return s.options.front().forward_extra_bytes; });
+  o.backward_extra_bytes = average_bytes([](const StageCost& s) { return s.options.front().backward_extra_bytes; });
+  o.graph_only.reset();
+  mean.options = {o};
+  return mean;
+}
+
+// A classic planner's result at `budget_bytes` for `plan` (empty: none found), costed on `costs`.
+PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options, int64_t budget_bytes) {
+  PlanResult result;
+  result.planner = kind;
+  result.name = to_string(kind);
+  result.budget_bytes = budget_bytes;
+  result.unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  return result;
+}
+
+}  // namespace
+
+PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  PlanResult result = classic_result(PlannerKind::revolve, costs, options, 0);
+  result.budget_bytes = budget.to_bytes(result.unchecked.peak_bytes);
+  // The homogeneous model Revolve assumes: every block stage costs the mean block stage; stages
+  // outside blocks (an embedding, a loss) keep their own costs.
+  const std::vector<bool> in_block = block_stages(costs);
+  CostTable uniform = costs;
+  const StageCost mean = mean_block_stage(costs, in_block);
+  for (size_t i = 0; i < uniform.stages.size(); ++i) {
+    if (in_block[i]) {
+      StageCost stage = mean;
+      stage.name = costs.stages[i].name;
+      stage.block = costs.stages[i].block;
+      uniform.stages[i] = std::move(stage);
+    }
+    uniform.stages[i].options.resize(1);
+  }
+  const OptimalPlanner planner(uniform, options, std::max<int64_t>(result.budget_bytes, 1));
+  const PlanResult chosen = planner.plan(result.budget_bytes);
+  if (!planner.least_memory_plan().items.empty()) {
+    result.least_feasible_budget_bytes = simulate(planner.least_memory_plan(), costs).peak_bytes;
+  }
+  if (chosen.feasible) {
+    result.plan = chosen.plan;
+    result.prediction = simulate(result.plan, costs);  // costed on the real chain: it may not fit
+    result.feasible = result.prediction.peak_bytes <= result.budget_bytes;
+  }
+  result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult best = classic_result(PlannerKind::chen, costs, options, 0);
+  best.budget_bytes = budget.to_bytes(best.unchecked.peak_bytes);
   const auto n = static_cast<int64_t>(costs.stages.size());
-  PlanResult best;
-  best.budget_bytes = budget_bytes;
-  std::vector<int64_t> thresholds;
-  for (int64_t a = 1; a < n - 1; ++a) {  // candidate thresholds: kept bytes of every run of block stages
+  const std::vector<bool> in_block = block_stages(costs);
+  auto kept = [&costs](int64_t i) { return costs.stages[i].options.front().kept_bytes; };
+  std::vector<int64_t> thresholds;  // candidates: kept bytes of every run of consecutive block stages
+  for (int64_t a = 0; a < n; ++a) {
     int64_t sum = 0;
-    for (int64_t b = a; b < n - 1; ++b) {
-      sum += costs.stages[b].options.front().kept_bytes;
+    for (int64_t b = a; b < n && in_block[b]; ++b) {
+      sum += kept(b);
       thresholds.push_back(sum);
     }
   }
   std::sort(thresholds.begin(), thresholds.end());
   thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
-  int64_t least_peak = -1;
   for (int64_t threshold : thresholds) {
-    // First and last stages (input, loss) run plainly; block stages are grouped greedily.
-    Plan plan = plan_template;
-    for (int64_t i = 0; i < n; ++i) plan.options[i] = costs.stages[i].options.front().option;
-    plan.items = {PlanItem::run(0)};
+    Plan plan = costs.plain_plan(options.mode());
+    plan.items.clear();
     std::vector<PlanItem> segment;
     int64_t running = 0;
-    for (int64_t i = 1; i < n - 1; ++i) {
-      const int64_t kept = costs.stages[i].options.front().kept_bytes;
-      if (!segment.empty() && running + kept > threshold) {
-        plan.items.push_back(PlanItem::checkpointed(std::move(segment)));
-        segment.clear();
-        running = 0;
+    auto close_segment = [&] {
+      if (!segment.empty()) plan.items.push_back(PlanItem::checkpointed(std::move(segment)));
+      segment.clear();
+      running = 0;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      if (!in_block[i]) {  // outside the repeated chain: plain, and it ends a segment
+        close_segment();
+        plan.items.push_back(PlanItem::run(i));
+        continue;
       }
+      if (!segment.empty() && running + kept(i) > threshold) close_segment();
       segment.push_back(PlanItem::run(i));
-      running += kept;
+      running += kept(i);
     }
-    if (!segment.empty()) plan.items.push_back(PlanItem::checkpointed(std::move(segment)));
-    if (n > 1) plan.items.push_back(PlanItem::run(n - 1));
+    close_segment();
     const Prediction p = simulate(plan, costs);
-    if (least_peak < 0 || p.peak_bytes < least_peak) least_peak = p.peak_bytes;
-    if (p.peak_bytes <= budget_bytes && (!best.feasible || p.step_seconds < best.prediction.step_seconds)) {
+    if (best.least_feasible_budget_bytes < 0 || p.peak_bytes < best.least_feasible_budget_bytes) {
+      best.least_feasible_budget_bytes = p.peak_bytes;
+    }
+    if (p.peak_bytes <= best.budget_bytes && (!best.feasible || p.step_seconds < best.prediction.step_seconds)) {
       best.feasible = true;
-      best.plan = plan;
+      best.plan = std::move(plan);
       best.prediction = p;
     }
   }
-  best.min_feasible_budget_bytes = least_peak;
   best.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return best;
 }
 
-int64_t parse_budget(const std::string& text, int64_t unchecked_peak_bytes) {
-  const std::string hint = "; write it as bytes (123456 or 123456B), with a unit (800KiB, 512MiB, 1.5GiB) or as a "
-                           "percentage of the unchecked activation peak (50%).";
-  REMAT_CHECK(!text.empty(), "the budget is empty", hint);
-  const std::string echoed = text.size() > 40 ? text.substr(0, 37) + "..." : text;  // it may be 100,000 digits
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::out_of_range&) {
-    REMAT_CHECK(false, "budget '", echoed, "' is out of range", hint);
-  } catch (const std::exception&) {
-    REMAT_CHECK(false, "budget '", echoed, "' does not start with a number", hint);
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies) {
+  std::vector<std::string> out;
+  for (const auto& policy : policies) {
+    out.push_back(policy);
+    out.push_back(policy + ",skip-ends");
   }
-  REMAT_CHECK(std::isfinite(value), "budget '", echoed, "' is not a finite number", hint);
-  const std::string unit = text.substr(used);
-  double bytes = 0;
-  if (unit == "%") {
-    REMAT_CHECK(value > 0 && value <= 1000, "budget '", echoed, "': a percentage must be in (0, 1000].");
-    bytes = value / 100.0 * static_cast<double>(unchecked_peak_bytes);
-  } else if (unit.empty() || unit == "B") {
-    bytes = value;
-  } else if (unit == "KiB" || unit == "K") {
-    bytes = value * 1024.0;
-  } else if (unit == "MiB" || unit == "M") {
-    bytes = value * 1024.0 * 1024.0;
-  } else if (unit == "GiB" || unit == "G") {
-    bytes = value * 1024.0 * 1024.0 * 1024.0;
-  } else {
-    REMAT_CHECK(false, "budget '", echoed, "' has an unknown unit '", unit.size() > 20 ? unit.substr(0, 17) + "..." : unit, "'", hint);
+  return out;
+}
+
+std::vector<std::string> generic_policy_candidates() {
+  return with_and_without_skip_ends({"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt"});
+}
+
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& budget,
+                                         const std::vector<std::string>& policies,
+                                         const std::function<Plan(const std::string&)>& build,
+                                         const std::function<Prediction(const Plan&)>& predict,
+                                         const PlannerOptions& options) {
+  const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
+  std::vector<PlanResult> out;
+  for (const auto& name : policies) {
+    PlanResult candidate;
+    candidate.planner = PlannerKind::policy;
+    candidate.name = name;
+    candidate.budget_bytes = budget_bytes;
+    candidate.unchecked = unchecked;
+    try {
+      candidate.plan = build(name);
+    } catch (const c10::Error&) {
+      continue;  // a policy that does not apply to this chain (segments:4 of 2 blocks) is no candidate
+    }
+    candidate.plan.mode = options.mode();
+    candidate.prediction = predict(candidate.plan);
+    candidate.feasible = candidate.prediction.peak_bytes <= budget_bytes;
+    candidate.least_feasible_budget_bytes = candidate.prediction.peak_bytes;  // its one plan's
+    out.push_back(std::move(candidate));
   }
-  REMAT_CHECK(bytes >= 0 && bytes < 9.0e18, "budget '", echoed, "' is out of range", hint);
-  return static_cast<int64_t>(bytes);
+  const Budget exact = Budget::bytes(budget_bytes);
+  out.push_back(revolve_plan(costs, exact, options));
+  out.push_back(chen_greedy_plan(costs, exact, options));
+  return out;
+}
+
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Chain& chain, const Budget& budget,
+                                         const PlannerOptions& options) {
+  return compare_planners(
+      costs, budget, generic_policy_candidates(), [&chain](const std::string& policy) { return policy_plan(policy, chain); },
+      [&costs](const Plan& plan) { return simulate(plan, costs); }, options);
 }
 
 }  // namespace remat

@@ -96,6 +96,15 @@ std::pair<int64_t, int64_t> policy_block_range(int64_t blocks, bool skip_ends) {
   return {first, last};
 }
 
+std::vector<std::pair<int64_t, int64_t>> checkpoint_sequential_segments(int64_t items, int64_t segments) {
+  REMAT_CHECK(segments >= 1 && segments <= std::max<int64_t>(items, 1), "segments must be between 1 and the number of ",
+              "items (", items, "), got ", segments, ".");
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  const int64_t size = items / segments;
+  for (int64_t s = 0; s + 1 < segments && size > 0; ++s) ranges.emplace_back(s * size, (s + 1) * size);
+  return ranges;
+}
+
 Plan plan_with_segments(const Chain& chain, const std::vector<std::pair<int64_t, int64_t>>& segments) {
   Plan plan = Plan::plain(chain);
   std::vector<PlanItem> items;
@@ -134,8 +143,7 @@ Plan policy_plan(const std::string& policy, const Chain& chain) {
   } else if (spec.base == "segments") {
     REMAT_CHECK(spec.k <= std::max<int64_t>(candidates, 1), "policy '", policy, "': K must be at most the number of blocks it ",
                 "applies to (", candidates, ").");
-    const int64_t size = candidates / spec.k;
-    for (int64_t s = 0; s + 1 < spec.k && size > 0; ++s) blocks_segment(first + s * size, first + (s + 1) * size);
+    for (const auto& [b0, b1] : checkpoint_sequential_segments(candidates, spec.k)) blocks_segment(first + b0, first + b1);
   } else if (spec.base == "sqrt" && candidates > 0) {
     const auto count = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(candidates))));
     const int64_t size = (candidates + count - 1) / count;

@@ -1,6 +1,9 @@
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 
 #include <dlfcn.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <ATen/Parallel.h>
 
@@ -20,6 +23,13 @@ std::string set_cpu_threads(int threads) {
   }
   at::set_num_threads(threads);
   return std::to_string(threads) + " LibTorch intra-op threads";
+}
+
+void keep_freed_memory_in_process() {
+#if defined(__GLIBC__)
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // serve blocks up to 1 GiB from the heap, not fresh mmaps
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);  // and keep up to 1 GiB of free heap top
+#endif
 }
 
 }  // namespace remat

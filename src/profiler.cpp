@@ -18,7 +18,7 @@
 #include "detail/forward_state.h"
 #include "remat/checkpoint.h"
 #include "remat/error.h"
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 #include "remat/memory.h"
 
 namespace remat {
@@ -274,6 +274,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     const StageInfo& info = chain.stages()[i];
     StageCost cost;
     cost.name = info.name;
+    cost.block = info.block;
     for (const auto& p : chain.stage_parameters(i)) cost.parameter_bytes += storage_bytes(p);
     const std::string signature = chain.stage_signature(i);
     if (!signature.empty()) {
@@ -294,6 +295,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
   for (const auto& [stage, twin] : copies) {
     StageCost cost = table.stages[static_cast<size_t>(twin)];
     cost.name = table.stages[static_cast<size_t>(stage)].name;
+    cost.block = table.stages[static_cast<size_t>(stage)].block;
     cost.parameter_bytes = table.stages[static_cast<size_t>(stage)].parameter_bytes;
     table.stages[static_cast<size_t>(stage)] = std::move(cost);
   }

@@ -86,11 +86,13 @@ struct CheckpointOptions {
   TORCH_ARG(c10::optional<CheckpointMode>, mode) = c10::nullopt;
 
  public:
-  /// Shorthand for mode(reentrant ? CheckpointMode::reentrant : CheckpointMode::non_reentrant).
-  CheckpointOptions& reentrant(bool on) {
+  /// PyTorch's name (torch.utils.checkpoint's use_reentrant): mode(on ? reentrant : non_reentrant).
+  CheckpointOptions& use_reentrant(bool on) {
     mode_ = on ? CheckpointMode::reentrant : CheckpointMode::non_reentrant;
     return *this;
   }
+  /// The same as use_reentrant (remat's first spelling, still accepted).
+  CheckpointOptions& reentrant(bool on) { return use_reentrant(on); }
   /// mode(), or the thread's default where none is set.
   CheckpointMode effective_mode() const { return mode_.value_or(default_checkpoint_mode()); }
 };

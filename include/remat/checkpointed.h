@@ -9,6 +9,7 @@
 // (BatchNorm running statistics) are restored after each recompute: they update once per step.
 #pragma once
 
+
 #include <ostream>
 
 #include <torch/nn/module.h>
@@ -57,7 +58,8 @@ TORCH_MODULE(Checkpointed);
 
 /// Runs `sequential` on `input` in `segments` parts of ⌊n/segments⌋ modules, the first
 /// segments−1 checkpointed and the rest run plainly, as PyTorch's `checkpoint_sequential`.
-/// `segments` must be in [1, n]; 1 checkpoints nothing.
+/// `segments` must be in [1, n]; 1 checkpoints nothing. (The rule: checkpoint_sequential_segments,
+/// policies.h, which the `segments:K` policy shares.)
 at::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments,
                                  const at::Tensor& input, const CheckpointOptions& options = {});
 

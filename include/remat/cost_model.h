@@ -56,6 +56,9 @@ struct StageCost {
   double nograd_seconds = 0;
   int64_t nograd_extra_bytes = 0;
   std::vector<StageOptionCost> options;  ///< options[0] is the stage's default
+  /// The chain's StageInfo::block: the repeated blocks Revolve and Chen's rule plan over; -1 outside
+  /// any block. A table where no stage has one (older profiles) counts every stage as a block.
+  int64_t block = -1;
 
   const StageOptionCost& option(const std::string& name) const;
 };
@@ -76,6 +79,9 @@ struct CostTable {
   std::string to_table() const;
   /// Throws unless the table has the chain's stages and every option the plan may use.
   void validate_against(const Chain& chain) const;
+  /// The plan that checkpoints nothing, every stage with its default option, in `mode`: the names,
+  /// granularity and default options every planner's plans take from the table.
+  Plan plain_plan(CheckpointMode mode = CheckpointMode::reentrant) const;
 };
 
 /// What the simulator predicts for a plan.

@@ -28,18 +28,24 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/arg.h>
 
 namespace remat::distributed {
 
 /// How a process joins: unset fields come from the environment (RANK, WORLD_SIZE, MASTER_ADDR,
 /// MASTER_PORT, REMAT_DIST_TIMEOUT in seconds).
 struct JoinOptions {
-  int rank = -1;
-  int world_size = -1;
-  std::string master_addr;
-  int master_port = -1;
-  /// How long a collective or the rendezvous may wait for the other ranks before failing.
-  std::chrono::milliseconds timeout{0};  ///< 0: REMAT_DIST_TIMEOUT, or 300 s
+  /// This process's rank; -1: RANK.
+  TORCH_ARG(int, rank) = -1;
+  /// The number of ranks; -1: WORLD_SIZE.
+  TORCH_ARG(int, world_size) = -1;
+  /// Rank 0's address (it hosts the store); empty: MASTER_ADDR.
+  TORCH_ARG(std::string, master_addr) = "";
+  /// Rank 0's store port; -1: MASTER_PORT.
+  TORCH_ARG(int, master_port) = -1;
+  /// How long a collective or the rendezvous may wait for the other ranks before failing; 0:
+  /// REMAT_DIST_TIMEOUT (seconds), or 300 s.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 /// True when WORLD_SIZE is set in the environment: this process is one rank of a launched job.
@@ -95,15 +101,10 @@ class ProcessGroup {
 };
 
 struct SynchronizerOptions {
-  SynchronizerOptions& bucket_bytes(int64_t bytes) { bucket_bytes_ = bytes; return *this; }
-  int64_t bucket_bytes() const { return bucket_bytes_; }
+  /// Bytes of gradients per bucket (all-reduced together, as soon as all of them are ready).
+  TORCH_ARG(int64_t, bucket_bytes) = 25 * 1024 * 1024;
   /// false: every bucket is reduced in finish(), after backward (no overlap), for comparison.
-  SynchronizerOptions& overlap(bool on) { overlap_ = on; return *this; }
-  bool overlap() const { return overlap_; }
-
- private:
-  int64_t bucket_bytes_ = 25 * 1024 * 1024;
-  bool overlap_ = true;
+  TORCH_ARG(bool, overlap) = true;
 };
 
 /// What one synchronised step cost in communication.

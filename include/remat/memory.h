@@ -48,14 +48,6 @@ struct StepMeasurement {
   int64_t activation_peak_bytes() const { return peak_bytes - bytes_before_forward; }
 };
 
-/// Keeps memory LibTorch frees inside the process instead of returning it to the kernel (glibc:
-/// large blocks from the heap, not fresh mmaps; no trimming below 1 GiB). Otherwise every step of a
-/// memory-hungry plan faults its activations in again page by page, which on few cores costs a large
-/// part of the compute and makes step times depend on the peak rather than on the work (the unchecked
-/// reference step measured ~30% slower for it). Call it first in programs that compare step times, as CPU
-/// trainers do with jemalloc or tcmalloc. Exact tensor bytes (the tracker) are unaffected.
-void keep_freed_memory_in_process();
-
 /// Bytes as MiB (2^20 bytes), the unit of remat's reports and plots.
 inline double mebibytes(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 

@@ -1,6 +1,6 @@
 // remat/planned.h — a Sequential that plans its own checkpointing under a memory budget.
 //
-//   remat::Planned net(torch::nn::Sequential(...), "50%");   // or bytes: 512 << 20
+//   remat::Planned net(torch::nn::Sequential(...), "50%");   // or remat::Budget::bytes(512 << 20)
 //   auto y = net->forward(x);        // first forward in training mode: profile, plan, then run
 //   std::cout << net->plan().to_string();                      // what it keeps, what it recomputes
 //
@@ -41,10 +41,10 @@ class PlannedImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& input);
 
   /// Profiles on `sample_input` and plans for the budget; returns the result.
-  const BudgetPlan& calibrate(const at::Tensor& sample_input);
+  const PlanResult& calibrate(const at::Tensor& sample_input);
   bool calibrated() const { return result_.has_value(); }
   /// The plan and its prediction; throws before calibration.
-  const BudgetPlan& budget_plan() const;
+  const PlanResult& budget_plan() const;
   const Plan& plan() const { return budget_plan().plan; }
   const Budget& budget() const { return budget_; }
   /// The chain the plan runs on (one stage per module or group; no loss stage).
@@ -59,7 +59,7 @@ class PlannedImpl : public torch::nn::Module {
   std::shared_ptr<SequentialChain> chain_;
   Budget budget_;
   PlannedOptions options_;
-  std::optional<BudgetPlan> result_;
+  std::optional<PlanResult> result_;
   std::vector<int64_t> calibrated_sizes_;
   at::ScalarType calibrated_dtype_ = at::kFloat;
   c10::Device calibrated_device_ = c10::kCPU;

@@ -1,8 +1,13 @@
-// remat/planner.h — choosing what to keep under a memory budget.
+// remat/planner.h — choosing what to keep under a memory budget, from a chain's cost table.
 //
-//   OptimalPlanner planner(costs, chain);            // one table answers every budget
-//   PlanResult r = planner.plan(512 << 20);          // fastest plan predicted to fit 512 MiB
-//   if (!r.feasible) ... r.min_feasible_budget_bytes ...
+//   remat::PlanResult r = remat::plan_optimal(costs, "50%");     // or Budget::bytes(512 << 20)
+//   if (r.feasible) run_plan(chain, r.plan, x);                     // the fastest plan predicted to fit
+//   else std::cout << "needs at least " << r.least_feasible_budget_bytes << " bytes\n";
+//
+// Every planner answers with a PlanResult, a status: an impossible budget is a result, not an
+// exception (plan_for_budget in budget_planner.h is the throwing convenience, and
+// PlanResult::ensure_feasible turns a status into one). Plans take their stage names, granularity
+// and default options from the cost table; run_plan checks them by name against the chain.
 //
 // The optimal planner is the dynamic program over nested segments of rotor (Beaumont et al. 2019)
 // for heterogeneous chains, choosing each stage's option too; its predictions are the simulator's
@@ -10,38 +15,112 @@
 // `memory_slots` units of ceil(max_budget / slots) bytes: sizes round up and budgets down, so a plan
 // feasible in units fits in bytes (and where rounding made the table pessimistic, rows above the
 // budget's are tried while the simulator says their plans still fit). The table is bounded (a GiB,
-// seconds to fill): on long chains segments are limited in length (max_segment_stages). The other
-// planners are the classic rules, for comparison.
+// seconds to fill): on long chains segments are limited in length (max_segment_stages). Revolve and
+// Chen's greedy rule are the classic planners, for comparison; both read the chain's blocks
+// (StageInfo::block), not positions: Revolve averages the block stages' costs, Chen cuts runs of
+// block stages and leaves stages outside blocks plain.
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include <torch/arg.h>
+
+#include "remat/budget.h"
 #include "remat/cost_model.h"
 
 namespace remat {
+namespace detail {
+struct UnitStage;  // a stage's costs in the table's memory units (planner.cpp)
+}  // namespace detail
 
-struct PlanResult {
-  bool feasible = false;
-  Plan plan;                           ///< valid when feasible
-  Prediction prediction;               ///< the simulator's, for `plan`
-  int64_t budget_bytes = 0;
-  int64_t min_feasible_budget_bytes = 0;  ///< predicted peak of the least-memory plan found
-  double solve_seconds = 0;
+/// The memory grid every planner uses unless told otherwise.
+constexpr int64_t kDefaultMemorySlots = 1000;
+
+struct PlannerOptions {
+  /// The checkpoint mode plans will run in (the planner counts what each mode holds).
+  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
+  /// Memory grid of the dynamic program: the largest budget it answers is cut into this many units.
+  TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
 };
 
+enum class PlannerKind { optimal, revolve, chen, policy };
+/// "optimal", "revolve", "chen" or "policy".
+std::string to_string(PlannerKind kind);
+
+/// What a planner chose for one budget.
+struct PlanResult {
+  PlannerKind planner = PlannerKind::optimal;
+  std::string name;        ///< the policy for PlannerKind::policy; otherwise to_string(planner)
+  bool feasible = false;   ///< predicted to fit the budget
+  Plan plan;               ///< the choice; for the optimal planner empty when infeasible
+  Prediction prediction;   ///< the simulator's, for `plan`
+  Prediction unchecked;    ///< the simulator's, for the plan that checkpoints nothing
+  int64_t budget_bytes = 0;
+  /// The least budget for which this planner finds a plan (the predicted peak of its least-memory
+  /// plan; for the optimal planner on a grid within 0.2% of that peak); -1 when it finds none.
+  int64_t least_feasible_budget_bytes = -1;
+  double solve_seconds = 0;
+
+  /// Predicted step time over the unchecked plan's, minus one (0.05 = 5% slower).
+  double predicted_overhead() const;
+  /// Returns *this when feasible; otherwise throws a clear error naming the least feasible budget.
+  const PlanResult& ensure_feasible() const;
+};
+
+/// The fastest plan predicted to fit `budget` (a share is of the unchecked predicted peak).
+PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// The least budget for which the optimal planner finds a plan (bytes, within 0.2%); -1 when none.
+int64_t least_feasible_budget(const CostTable& costs, const PlannerOptions& options = {});
+
+/// Revolve (Griewank & Walther's binomial checkpointing) for homogeneous chains: the optimal plan
+/// for the chain with every block stage's cost replaced by the mean block stage's, costed on the
+/// real chain (so it may not fit after all).
+PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// Chen et al.'s greedy-for-budget: runs of block stages are cut into checkpointed segments
+/// whenever the running sum of kept bytes exceeds a threshold; the threshold giving the fastest
+/// plan that fits wins. Stages outside blocks run plainly.
+PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// Rules of thumb beside the classic planners, at one budget: each policy in `policies` (its plan
+/// made by `build`, costed by `predict`; a policy `build` refuses for this chain is left out), then
+/// Revolve and Chen on `costs`. Each result is tagged with its PlannerKind.
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& budget,
+                                         const std::vector<std::string>& policies,
+                                         const std::function<Plan(const std::string&)>& build,
+                                         const std::function<Prediction(const Plan&)>& predict,
+                                         const PlannerOptions& options = {});
+
+/// compare_planners with the generic policies of policies.h for `chain`, costed by the simulator.
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Chain& chain, const Budget& budget,
+                                         const PlannerOptions& options = {});
+
+/// The generic policies compare_planners tries on any chain: block, every:2, every:3, every:4,
+/// segments:2, segments:4, sqrt, each with and without ",skip-ends".
+std::vector<std::string> generic_policy_candidates();
+
+/// Each policy, then the same with ",skip-ends".
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies);
+
+/// The optimal planner's table, for callers asking many budgets of one chain (plan_optimal builds
+/// one per call, spanning [0, budget]).
 class OptimalPlanner {
  public:
-  /// `plan_template` gives the chain's granularity and stage names (Plan::plain(chain) will do).
   /// Budgets up to `max_budget_bytes` (default: twice the unchecked plan's predicted peak) are answered.
-  OptimalPlanner(CostTable costs, Plan plan_template, int64_t memory_slots = 1000, int64_t max_budget_bytes = 0);
+  explicit OptimalPlanner(CostTable costs, const PlannerOptions& options = {}, int64_t max_budget_bytes = 0);
 
   PlanResult plan(int64_t budget_bytes) const;
   /// The table's least predicted time for a budget (+inf when infeasible), without backtracking.
   double least_seconds(int64_t budget_bytes) const;
-  int64_t min_feasible_budget_bytes() const { return min_feasible_bytes_; }
+  /// PlanResult::least_feasible_budget_bytes (refined below this table's grid where it is coarse).
+  int64_t least_feasible_budget_bytes() const { return least_feasible_bytes_; }
+  /// The plan of least predicted peak this table holds (empty when the chain never fits).
+  const Plan& least_memory_plan() const { return least_memory_plan_; }
+  const Prediction& unchecked() const { return unchecked_; }
   int64_t unit_bytes() const { return unit_; }
   /// The most stages a checkpointed segment spans: the chain's length unless the table for it would
   /// pass the planner's bounds (a GiB, a few seconds), then the longest that stays within them; the
@@ -50,17 +129,24 @@ class OptimalPlanner {
   double fill_seconds() const { return fill_seconds_; }
 
  private:
+  OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least);
   double cost(int64_t s, int64_t t, int64_t m) const;
+  /// The dynamic program over every range and memory slot (docs/planner.md).
+  void fill_table(const std::vector<detail::UnitStage>& stages, int64_t segment_units);
   void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
   void find_least_memory_plan();
+  void refine_least_feasible_budget();
   size_t index(int64_t s, int64_t t, int64_t m) const;
   /// Units of parameter gradients held inside a segment ending at t once stages first..t are
   /// back-propagated (0 at the top level: subproblems ending at n-1; see docs/planner.md).
   int64_t captured_units(int64_t first, int64_t t) const;
 
   CostTable costs_;
-  Plan template_;
-  int64_t n_ = 0, slots_ = 0, unit_ = 1, min_feasible_bytes_ = 0;
+  PlannerOptions options_;
+  Plan plain_;  // names, granularity, default options and mode of every plan it returns
+  Prediction unchecked_;
+  int64_t n_ = 0, slots_ = 0, unit_ = 1, least_feasible_bytes_ = -1;
+  Plan least_memory_plan_;
   double fill_seconds_ = 0;
   int64_t max_segment_ = 0;
   int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
@@ -70,18 +156,5 @@ class OptimalPlanner {
   std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
   int32_t max_options_ = 1;
 };
-
-/// Revolve (Griewank & Walther's binomial checkpointing) for homogeneous chains: the optimal plan
-/// for the chain with every stage's cost replaced by the mean stage's, costed on the real chain.
-PlanResult revolve_plan(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes,
-                        int64_t memory_slots = 1000);
-
-/// Chen et al.'s greedy-for-budget: cut a checkpointed segment whenever the running sum of kept
-/// bytes exceeds a threshold; the threshold giving the fastest plan that fits wins.
-PlanResult chen_greedy_plan(const CostTable& costs, const Plan& plan_template, int64_t budget_bytes);
-
-/// Parses a budget: "512MiB", "1.5GiB", "300000B", "800KiB", "123456" (bytes) or "50%" of
-/// `unchecked_peak_bytes`. Throws a clear error for anything else.
-int64_t parse_budget(const std::string& text, int64_t unchecked_peak_bytes);
 
 }  // namespace remat

@@ -8,7 +8,9 @@
 // models do, in models/).
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "remat/plan.h"
@@ -38,6 +40,12 @@ std::string split_skip_ends(const std::string& policy, bool& skip_ends);
 
 /// The blocks a policy may touch, [first, last): all, or all but the first and the last.
 std::pair<int64_t, int64_t> policy_block_range(int64_t blocks, bool skip_ends);
+
+/// PyTorch's checkpoint_sequential rule, shared by checkpoint_sequential (checkpointed.h) and the
+/// `segments:K` policy: the [begin, end) ranges of the checkpointed segments when `items` items are
+/// cut into `segments` (1 to `items`): ⌊items/segments⌋ items each, the first segments−1 of them;
+/// the rest runs plainly.
+std::vector<std::pair<int64_t, int64_t>> checkpoint_sequential_segments(int64_t items, int64_t segments);
 
 /// The plan running `chain` plainly except that each range [begin, end) of stages in `segments`
 /// (in order, disjoint) is one checkpointed segment.

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include <ATen/core/Tensor.h>
+#include <torch/arg.h>
 
 namespace remat::ops {
 
@@ -35,30 +36,15 @@ enum class AttentionKernel { automatic, blocked, sdpa };
 
 struct AttentionOptions {
   /// Query i attends to keys 0..i only (needs T_q == T_k).
-  AttentionOptions& causal(bool on) { causal_ = on; return *this; }
+  TORCH_ARG(bool, causal) = false;
   /// Dropout probability on the attention probabilities, applied when training.
-  AttentionOptions& dropout(double p) { dropout_ = p; return *this; }
-  AttentionOptions& training(bool on) { training_ = on; return *this; }
+  TORCH_ARG(double, dropout) = 0.0;
+  TORCH_ARG(bool, training) = true;
   /// Multiplies q·kᵀ; 0 means 1/sqrt(head size).
-  AttentionOptions& scale(double s) { scale_ = s; return *this; }
+  TORCH_ARG(double, scale) = 0.0;
   /// Query rows per block; 0 chooses about 2 MiB of fp32 scores per block.
-  AttentionOptions& block_rows(int64_t rows) { block_rows_ = rows; return *this; }
-  AttentionOptions& kernel(AttentionKernel k) { kernel_ = k; return *this; }
-
-  bool causal() const { return causal_; }
-  double dropout() const { return dropout_; }
-  bool training() const { return training_; }
-  double scale() const { return scale_; }
-  int64_t block_rows() const { return block_rows_; }
-  AttentionKernel kernel() const { return kernel_; }
-
- private:
-  bool causal_ = false;
-  double dropout_ = 0.0;
-  bool training_ = true;
-  double scale_ = 0.0;
-  int64_t block_rows_ = 0;
-  AttentionKernel kernel_ = AttentionKernel::automatic;
+  TORCH_ARG(int64_t, block_rows) = 0;
+  TORCH_ARG(AttentionKernel, kernel) = AttentionKernel::automatic;
 };
 
 /// softmax(q·kᵀ·scale, masked if causal), dropped out, times v. q (B,H,T_q,D), k and v (B,H,T_k,D),

@@ -1,4 +1,4 @@
-// remat/files.h — files written so that a crash or a full disk loses nothing: readers see either
+// remat/internal/files.h — files written so that a crash or a full disk loses nothing: readers see either
 // the old file or the whole new one. Plans, profiles, reports and saved training state all go
 // through here.
 //

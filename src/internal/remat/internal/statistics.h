@@ -1,4 +1,4 @@
-// remat/statistics.h — the one median remat's measurements use (times of repeated runs).
+// remat/internal/statistics.h — the one median remat's measurements use (times of repeated runs).
 #pragma once
 
 #include <algorithm>
