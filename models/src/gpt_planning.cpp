@@ -21,42 +21,70 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
   GptCosts costs{CostTable::from_json(text, source)};
   REMAT_CHECK(costs.half.granularity == "half" && costs.half.stages.size() >= 4 && costs.half.stages.size() % 2 == 0,
               source, ": not a half-block cost table of a GPT (granularity 'half': embed, attention and MLP halves, head).");
-  costs.half.validate_against(GptChainShape(costs.layers(), "half"));
+  const GptChainShape shape(costs.layers(), "half");
+  costs.half.validate_against(shape);
+  bool blocks_given = false;
+  for (const auto& stage : costs.half.stages) blocks_given = blocks_given || stage.block >= 0;
+  if (!blocks_given) {  // a profile written before tables recorded blocks
+    for (size_t i = 0; i < costs.half.stages.size(); ++i) costs.half.stages[i].block = shape.stages()[i].block;
+  }
   return costs;
 }
 
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source) {
   REMAT_CHECK(costs.layers() == config.layers, source, ": describes a model with ", costs.layers(),
-              " layers but GptConfig::layers is ", config.layers, ".");
+              " layers but ", field("GptConfig::layers"), " is ", config.layers, ".");
   const int64_t boundary = batch * config.sequence * config.hidden * 4;  // fp32 (B,T,C)
   REMAT_CHECK(costs.half.stages.front().output_bytes == boundary, source,
               ": was made for another model or batch: its activations between stages are ",
-              costs.half.stages.front().output_bytes, " bytes, but batch ", batch, " x GptConfig::sequence ",
-              config.sequence, " x GptConfig::hidden ", config.hidden, " x 4 bytes = ", boundary,
+              costs.half.stages.front().output_bytes, " bytes, but ", field("batch"), " ", batch, " x ", field("GptConfig::sequence"), " ",
+              config.sequence, " x ", field("GptConfig::hidden"), " ", config.hidden, " x 4 bytes = ", boundary,
               ". Profile this model and batch again.");
 }
 
-BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots, CheckpointMode mode) {
-  Plan plan_template = Plan::plain(GptChainShape(costs.layers(), "half"));
-  plan_template.mode = mode;
-  return plan_for_budget(costs.half, plan_template, budget, memory_slots);
+PlanResult gpt_plan_optimal(const GptCosts& costs, const Budget& budget, const PlannerOptions& options) {
+  return plan_optimal(costs.half, budget, options);
+}
+
+std::string gpt_request_granularity(const PlanRequest& request) {
+  switch (request.kind()) {
+    case PlanRequest::Kind::policy: return gpt_policy_granularity(request.name());
+    case PlanRequest::Kind::budget: return "half";
+    case PlanRequest::Kind::plan: break;
+  }
+  const std::string& granularity = request.plan().granularity;
+  REMAT_CHECK(granularity == "block" || granularity == "half", request.name(), ": granularity '",
+              granularity.size() > 40 ? granularity.substr(0, 37) + "..." : granularity,
+              "' is not one this model offers ('block' or 'half').");
+  return granularity;
+}
+
+ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs) {
+  PlanSources sources;
+  sources.policy = [layers](const std::string& policy) { return gpt_policy_plan(policy, layers); };
+  if (costs) sources.costs = [&costs] { return costs().half; };
+  ChosenPlan chosen = choose_plan(request, sources);
+  chosen.plan.validate_against(GptChainShape(layers, gpt_request_granularity(request)));
+  return chosen;
 }
 
 std::vector<std::string> gpt_policy_names() {
-  return {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn", "ffn+attn", "selective",
-          "matmul-inputs", "fused", "fused+matmul-inputs"};
+  std::vector<std::string> names = {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt",
+                                    "ffn",   "attn",    "ffn+attn"};
+  for (const auto& o : keep_options()) {
+    if (o.keep != Keep::full) names.emplace_back(o.name);  // the option policies
+  }
+  return names;
 }
 
 std::vector<std::string> gpt_policy_candidates() { return with_and_without_skip_ends(gpt_policy_names()); }
 
-std::vector<PlanCandidate> gpt_compare_planners(const GptCosts& costs, int64_t budget_bytes, int64_t memory_slots) {
+std::vector<PlanResult> gpt_compare_planners(const GptCosts& costs, const Budget& budget, const PlannerOptions& options) {
   const int64_t layers = costs.layers();
   return compare_planners(
-      costs.half, Plan::plain(GptChainShape(layers, "half")), budget_bytes, gpt_policy_candidates(),
-      [layers](const std::string& policy) {
-        return gpt_policy_plan(policy, GptChainShape(layers, gpt_policy_granularity(policy)));
-      },
-      [&costs](const Plan& plan) { return costs.predict(plan); }, memory_slots);
+      costs.half, budget, gpt_policy_candidates(),
+      [layers](const std::string& policy) { return gpt_policy_plan(policy, layers); },
+      [&costs](const Plan& plan) { return costs.predict(plan); }, options);
 }
 
 }  // namespace remat::models

@@ -9,22 +9,27 @@
 namespace remat::models {
 namespace {
 
+// The half-block policies; the option policies (one per stage option but the default) come from
+// the stage-option table (gpt.h).
 const std::vector<PolicyDescription>& gpt_only_descriptions() {
-  static const std::vector<PolicyDescription> list = {
-      {"ffn", "checkpoint only the MLP halves: their 4h-wide activations go, attention's stay; recomputes the MLPs"},
-      {"attn", "checkpoint only the attention halves: drops the s^2 attention maps, recomputes attention"},
-      {"ffn+attn", "checkpoint each half-block separately: like block but keeps the mid-block residual too"},
-      {"selective", "Megatron-style: recompute only softmax(QK^T)V; keeps all matmul inputs, little recompute"},
-      {"matmul-inputs", "recompute LayerNorm and GELU outputs for the matmuls that read them: drops ~6 of ~34 B·T·C per block, cheap"},
-      {"fused", "recompute inside operations: memory-efficient attention keeps no T^2 tensor, dropout keeps a seed, not a mask"},
-      {"fused+matmul-inputs", "fused and matmul-inputs together: the least a block keeps without checkpointing it"},
-  };
+  static const std::vector<PolicyDescription> list = [] {
+    std::vector<PolicyDescription> out = {
+        {"ffn", "checkpoint only the MLP halves: their 4h-wide activations go, attention's stay; recomputes the MLPs"},
+        {"attn", "checkpoint only the attention halves: drops the s^2 attention maps, recomputes attention"},
+        {"ffn+attn", "checkpoint each half-block separately: like block but keeps the mid-block residual too"}};
+    for (const auto& o : keep_options()) {
+      if (o.keep != Keep::full) out.push_back({o.name, o.tradeoff});
+    }
+    return out;
+  }();
   return list;
 }
 
 bool is_half_policy(const std::string& base) { return base == "ffn" || base == "attn" || base == "ffn+attn"; }
 bool is_option_policy(const std::string& base) {
-  return base == "selective" || base == "matmul-inputs" || base == "fused" || base == "fused+matmul-inputs";
+  const auto& options = keep_options();
+  return base != to_string(Keep::full) &&
+         std::any_of(options.begin(), options.end(), [&](const KeepOption& o) { return base == o.name; });
 }
 
 // The policy without ",skip-ends" when it is one of the GPT's own; empty for generic ones. Throws
@@ -53,6 +58,10 @@ std::string gpt_policy_granularity(const std::string& policy) {
   const std::string base = gpt_only_base(policy, skip_ends);
   if (base.empty()) check_policy(policy);
   return is_half_policy(base) ? "half" : "block";
+}
+
+Plan gpt_policy_plan(const std::string& policy, int64_t layers) {
+  return gpt_policy_plan(policy, GptChainShape(layers, gpt_policy_granularity(policy)));
 }
 
 Plan gpt_policy_plan(const std::string& policy, const Chain& chain) {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "remat/error.h"
-#include "remat/files.h"
+#include "remat/internal/files.h"
 
 namespace remat::train {
 
@@ -187,17 +187,17 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
 
 std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
   std::error_code error;
-  REMAT_CHECK(fs::is_directory(dir, error), "resume: '", dir.string(), "' is not a directory of saved state; pass the ",
+  REMAT_CHECK(fs::is_directory(dir, error), field("TrainOptions::resume_dir"), ": '", dir.string(), "' is not a directory of saved state; pass the ",
               "directory a state was saved to.");
   const fs::path latest = dir / "latest";
-  REMAT_CHECK(fs::exists(latest, error), "resume: '", dir.string(), "' holds no saved state (no 'latest' file).");
+  REMAT_CHECK(fs::exists(latest, error), field("TrainOptions::resume_dir"), ": '", dir.string(), "' holds no saved state (no 'latest' file).");
   std::string name;
   {
     std::ifstream in(latest);
     std::getline(in, name);
   }
   const fs::path state = dir / name;
-  REMAT_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(state, error), "resume: '",
+  REMAT_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(state, error), field("TrainOptions::resume_dir"), ": '",
               latest.string(), "' names '", name, "', which is not a state directory; the state is corrupt.");
   nlohmann::json meta;
   const std::string meta_path = (state / "meta.json").string();
@@ -205,24 +205,24 @@ std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
     std::ifstream in(meta_path);
     meta = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, "resume: '", meta_path, "' is not valid JSON (", excerpt(e.what()), "); the state is corrupt.");
+    REMAT_CHECK(false, field("TrainOptions::resume_dir"), ": '", meta_path, "' is not valid JSON (", excerpt(e.what()), "); the state is corrupt.");
   }
-  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), "resume: '", meta_path,
+  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), field("TrainOptions::resume_dir"), ": '", meta_path,
               "' lists no files; the state is corrupt.");
   // Required: were a state without one accepted, deleting the key would turn the check off.
-  REMAT_CHECK(meta.contains(kMetaChecksum), "resume: '", meta_path, "' has no checksum (", kMetaChecksum,
+  REMAT_CHECK(meta.contains(kMetaChecksum), field("TrainOptions::resume_dir"), ": '", meta_path, "' has no checksum (", kMetaChecksum,
               "): it was edited, or written by a remat older than the checksum. Resume from another copy.");
   REMAT_CHECK(meta[kMetaChecksum].is_string() && meta[kMetaChecksum].get<std::string>() == meta_checksum(meta),
-              "resume: '", meta_path, "' does not match its checksum (", excerpt(meta[kMetaChecksum].dump(), 40),
+              field("TrainOptions::resume_dir"), ": '", meta_path, "' does not match its checksum (", excerpt(meta[kMetaChecksum].dump(), 40),
               "): it was changed or is corrupt. Resume from another copy.");
   for (const auto& [file, info] : meta["files"].items()) {
     const fs::path path = state / file;
-    REMAT_CHECK(fs::exists(path, error), "resume: state file '", path.string(), "' is missing.");
+    REMAT_CHECK(fs::exists(path, error), field("TrainOptions::resume_dir"), ": state file '", path.string(), "' is missing.");
     const auto expected_bytes = info.value("bytes", static_cast<uint64_t>(0));
     const auto bytes = fs::file_size(path);
-    REMAT_CHECK(bytes == expected_bytes, "resume: state file '", path.string(), "' has ", bytes, " bytes but ",
+    REMAT_CHECK(bytes == expected_bytes, field("TrainOptions::resume_dir"), ": state file '", path.string(), "' has ", bytes, " bytes but ",
                 expected_bytes, " were written: it is truncated or was changed. Resume from another copy.");
-    REMAT_CHECK(fnv1a64(path) == info.value("fnv1a64", std::string()), "resume: state file '", path.string(),
+    REMAT_CHECK(fnv1a64(path) == info.value("fnv1a64", std::string()), field("TrainOptions::resume_dir"), ": state file '", path.string(),
                 "' does not match its checksum: it is corrupt. Resume from another copy.");
   }
   return {state, meta};

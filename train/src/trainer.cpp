@@ -10,14 +10,15 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 #include "remat/error.h"
-#include "remat/files.h"
-#include "remat/statistics.h"
+#include "remat/internal/files.h"
+#include "remat/internal/statistics.h"
 #include "remat/memory.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_planning.h"
 #include "remat/models/gpt_policies.h"
+#include "remat/train/config_json.h"
 #include "remat/train/state_dir.h"
 
 namespace remat::train {
@@ -26,55 +27,41 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json config_json(const models::GptConfig& c) {
-  return {{"layers", c.layers}, {"hidden", c.hidden}, {"heads", c.heads}, {"sequence", c.sequence},
-          {"vocabulary", c.vocabulary}, {"dropout", c.dropout}};
-}
-
 // What a resumed run must train on again: the saved state's batches continue in this corpus.
 nlohmann::json corpus_json(const Corpus& corpus) {
   return {{"source", corpus.source()}, {"bytes", corpus.bytes().size()}, {"fnv1a64", fnv1a64_of(corpus.bytes())}};
 }
 
-std::string read_text(const std::string& path, const std::string& what) {
-  return read_regular_file(path, what);
-}
-
 void check_options(const TrainOptions& o) {
   o.model.validate();
-  REMAT_CHECK(o.model.vocabulary == 256, "the byte-level corpus needs GptConfig::vocabulary 256, got ", o.model.vocabulary, ".");
-  REMAT_CHECK(o.batch >= 1, "TrainOptions::batch must be at least 1, got ", o.batch, ".");
-  REMAT_CHECK(o.lr > 0 && o.lr < 10, "TrainOptions::lr must be in (0, 10), got ", o.lr, ".");
-  REMAT_CHECK(o.warmup_steps >= 0, "TrainOptions::warmup_steps must be >= 0, got ", o.warmup_steps, ".");
-  REMAT_CHECK(o.steps >= 0, "TrainOptions::steps must be >= 0, got ", o.steps, ".");
-  REMAT_CHECK(o.threads >= 1, "TrainOptions::threads must be at least 1, got ", o.threads, ".");
-  REMAT_CHECK(o.budget.empty() || o.plan_file.empty(), "give TrainOptions::budget or TrainOptions::plan_file, not both.");
-  REMAT_CHECK(o.profile_repeats >= 1, "TrainOptions::profile_repeats must be at least 1, got ", o.profile_repeats, ".");
-  REMAT_CHECK(o.save_every >= 0, "TrainOptions::save_every must be >= 0 (0: no periodic saves), got ", o.save_every, ".");
+  REMAT_CHECK(o.model.vocabulary == 256, "the byte-level corpus needs ", field("GptConfig::vocabulary"), " 256, got ", o.model.vocabulary, ".");
+  REMAT_CHECK(o.batch >= 1, field("TrainOptions::batch"), " must be at least 1, got ", o.batch, ".");
+  REMAT_CHECK(o.lr > 0 && o.lr < 10, field("TrainOptions::lr"), " must be in (0, 10), got ", o.lr, ".");
+  REMAT_CHECK(o.warmup_steps >= 0, field("TrainOptions::warmup_steps"), " must be >= 0, got ", o.warmup_steps, ".");
+  REMAT_CHECK(o.steps >= 0, field("TrainOptions::steps"), " must be >= 0, got ", o.steps, ".");
+  REMAT_CHECK(o.threads >= 1, field("TrainOptions::threads"), " must be at least 1, got ", o.threads, ".");
+  REMAT_CHECK(o.budget.empty() || o.plan_file.empty(), "give ", field("TrainOptions::budget"), " or ", field("TrainOptions::plan_file"), ", not both.");
+  REMAT_CHECK(o.profile_repeats >= 1, field("TrainOptions::profile_repeats"), " must be at least 1, got ", o.profile_repeats, ".");
+  REMAT_CHECK(o.save_every >= 0, field("TrainOptions::save_every"), " must be >= 0 (0: no periodic saves), got ", o.save_every, ".");
   REMAT_CHECK(o.save_every == 0 || !o.save_dir.empty(),
-              "TrainOptions::save_every needs TrainOptions::save_dir: say where the periodic saves go.");
-  REMAT_CHECK(o.keep_last >= 1, "TrainOptions::keep_last must be at least 1, got ", o.keep_last, ".");
-  if (!o.budget.empty()) Budget{o.budget};  // its form, before anything is allocated
+              field("TrainOptions::save_every"), " needs ", field("TrainOptions::save_dir"), ": say where the periodic saves go.");
+  REMAT_CHECK(o.keep_last >= 1, field("TrainOptions::keep_last"), " must be at least 1, got ", o.keep_last, ".");
+  if (!o.budget.empty()) Budget::parse(o.budget);  // its form, before anything is allocated
 }
 
 // Refuses configurations that cannot fit in this machine's memory before allocating anything,
 // rather than letting the allocator fail somewhere inside LibTorch: the plan's activation peak
 // predicted from the analytic estimator, with the model, its gradients and AdamW's two moments.
-void check_fits_in_memory(const TrainOptions& o, const std::string& granularity, const std::optional<Plan>& plan) {
-  const auto costs = models::estimate_gpt(o.model, models::EstimateOptions::as_run_by_libtorch(o.batch)).costs;
-  const models::GptChainShape shape(o.model.layers, granularity);
-  if (plan) plan->validate_against(shape);  // before costing it: a plan for another chain is its own error
-  double activations = 0;
-  if (o.budget.empty()) {
-    Plan p = plan ? *plan : models::gpt_policy_plan(o.policy, shape);
-    if (!plan) p.mode = o.checkpoint_mode;
-    activations = static_cast<double>(simulate(models::to_half_granularity(p), costs).peak_bytes);
-  } else {
-    // A plan for the budget keeps at most the budget, and never more than the unchecked plan.
-    const models::GptCosts estimated{costs};
-    const int64_t unchecked = estimated.unchecked_peak_bytes();
-    activations = static_cast<double>(std::min(unchecked, Budget(o.budget).bytes(unchecked)));
-  }
+void check_fits_in_memory(const TrainOptions& o, const PlanRequest& request) {
+  const models::GptCosts estimated{
+      models::estimate_gpt(o.model, models::EstimateOptions::as_run_by_libtorch(o.batch)).costs};
+  const int64_t unchecked = estimated.unchecked_peak_bytes();
+  // A plan for a budget keeps at most the budget, and never more than the unchecked plan; any other
+  // plan is costed (a plan made for another chain is refused first, as its own error).
+  const double activations =
+      request.kind() == PlanRequest::Kind::budget
+          ? static_cast<double>(std::min(unchecked, request.budget().to_bytes(unchecked)))
+          : static_cast<double>(estimated.predict(models::gpt_choose_plan(request, o.model.layers).plan).peak_bytes);
   models::check_gpt_run_fits_in_memory(o.model, activations, /*optimizer_moments=*/2);  // AdamW
 }
 
@@ -82,21 +69,67 @@ void check_fits_in_memory(const TrainOptions& o, const std::string& granularity,
 void check_resumable(const std::pair<fs::path, nlohmann::json>& resumed, const TrainOptions& options,
                      const Corpus& corpus) {
   const auto& meta = resumed.second;
-  REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), "resume: '",
+  REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), field("TrainOptions::resume_dir"), ": '",
               resumed.first.string(), "/meta.json' lacks config, step or sampler state; the state is corrupt.");
   const auto saved = meta["config"];
-  const auto wanted = config_json(options.model);
+  const auto wanted = gpt_config_json(options.model);
   for (const auto& [key, value] : wanted.items()) {
-    REMAT_CHECK(saved.contains(key) && saved[key] == value, "resume: the state in '", options.resume_dir,
+    REMAT_CHECK(saved.contains(key) && saved[key] == value, field("TrainOptions::resume_dir"), ": the state in '", options.resume_dir,
                 "' was saved for a model with ", key, " ", saved.value(key, nlohmann::json()).dump(),
                 " but this run asks for ", value.dump(), ". Use the same GptConfig as the saved run.");
   }
-  REMAT_CHECK(meta.value("batch", int64_t{0}) == options.batch, "resume: the saved run used TrainOptions::batch ",
+  REMAT_CHECK(meta.value("batch", int64_t{0}) == options.batch, field("TrainOptions::resume_dir"), ": the saved run used ", field("TrainOptions::batch"), " ",
               meta.value("batch", int64_t{0}), ", this run asks for ", options.batch, ".");
   const nlohmann::json data = corpus_json(corpus);
-  REMAT_CHECK(meta.contains("data") && meta["data"] == data, "resume: the saved run trained on ",
+  REMAT_CHECK(meta.contains("data") && meta["data"] == data, field("TrainOptions::resume_dir"), ": the saved run trained on ",
               meta.contains("data") ? meta["data"].dump() : std::string("(unrecorded data)"), ", this run on ",
-              data.dump(), ". Resume with the same TrainOptions::data_file (the batches continue where they stopped).");
+              data.dump(), ". Resume with the same ", field("TrainOptions::data_file"), " (the batches continue where they stopped).");
+}
+
+// Ranks that would train different things are stopped here, before any work: the model, the
+// batch, the data, the schedule and how the plan is chosen must agree.
+void check_ranks_agree(const TrainOptions& o, const Corpus& corpus) {
+  o.process_group->check_same(
+      "the training run",
+      {"model " + o.model.describe(), "batch per rank " + std::to_string(o.batch),
+       "data " + corpus.source() + ", " + std::to_string(corpus.bytes().size()) + " bytes",
+       "seed " + std::to_string(o.seed), "steps " + std::to_string(o.steps),
+       "lr " + std::to_string(o.lr) + ", warm-up " + std::to_string(o.warmup_steps),
+       "plan from " + (o.budget.empty() ? o.plan_file.empty() ? "policy " + o.policy : std::string("a plan file")
+                                        : "budget " + o.budget),
+       "resume " + std::string(o.resume_dir.empty() ? "no" : "yes")});
+}
+
+// What the options ask to run: a plan file, the optimal plan for a budget, or a policy.
+PlanRequest plan_request(const TrainOptions& o) {
+  if (!o.plan_file.empty()) return PlanRequest::of_plan_file(o.plan_file);
+  if (!o.budget.empty()) {
+    return PlanRequest::of_budget(Budget::parse(o.budget)).mode(o.checkpoint_mode).memory_slots(o.memory_slots);
+  }
+  return PlanRequest::of_policy(o.policy).mode(o.checkpoint_mode);
+}
+
+// The saved state to resume from, checked against this run; empty when the run starts afresh.
+std::pair<fs::path, nlohmann::json> load_resumed_state(const TrainOptions& o, const Corpus& corpus) {
+  std::pair<fs::path, nlohmann::json> resumed;
+  if (!o.resume_dir.empty()) {
+    resumed = load_state_dir(o.resume_dir);
+    check_resumable(resumed, o, corpus);
+  }
+  return resumed;
+}
+
+void load_model_optimizer_and_rng(const fs::path& state, models::Gpt& model, torch::optim::AdamW& optimizer) {
+  try {
+    torch::load(model, (state / "model.pt").string());
+    torch::load(optimizer, (state / "optimizer.pt").string());
+    at::Tensor rng;
+    torch::load(rng, (state / "rng.pt").string());
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    generator.set_state(rng);
+  } catch (const c10::Error& e) {
+    REMAT_CHECK(false, field("TrainOptions::resume_dir"), ": cannot load the state in '", state.string(), "': ", e.what_without_backtrace());
+  }
 }
 
 }  // namespace
@@ -112,71 +145,19 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   if (options_.process_group) {
     rank_ = options_.process_group->rank();
     world_size_ = options_.process_group->world_size();
-    // Ranks that would train different things are stopped here, before any work: the model, the
-    // batch, the data, the schedule and how the plan is chosen must agree.
-    options_.process_group->check_same(
-        "the training run",
-        {"model " + options_.model.describe(), "batch per rank " + std::to_string(options_.batch),
-         "data " + corpus_->source() + ", " + std::to_string(corpus_->bytes().size()) + " bytes",
-         "seed " + std::to_string(options_.seed), "steps " + std::to_string(options_.steps),
-         "lr " + std::to_string(options_.lr) + ", warm-up " + std::to_string(options_.warmup_steps),
-         "plan from " + (options_.budget.empty() ? options_.plan_file.empty() ? "policy " + options_.policy
-                                                                               : std::string("a plan file")
-                                                 : "budget " + options_.budget),
-         "resume " + std::string(options_.resume_dir.empty() ? "no" : "yes")});
+    check_ranks_agree(options_, *corpus_);
   }
-  std::optional<Plan> loaded_plan;
-  if (!options_.plan_file.empty()) {
-    loaded_plan = Plan::from_json(read_text(options_.plan_file, "plan file"), options_.plan_file);
-    plan_source_ = options_.plan_file;
-  }
-  // A budget's plan is made on the half-block chain.
-  const std::string granularity = loaded_plan                  ? loaded_plan->granularity
-                                  : !options_.budget.empty() ? "half"
-                                                             : models::gpt_policy_granularity(options_.policy);
-  REMAT_CHECK(granularity == "block" || granularity == "half", options_.plan_file, ": granularity '", granularity,
-              "' is not one this model offers ('block' or 'half').");
-
-  check_fits_in_memory(options_, granularity, loaded_plan);
-
-  std::pair<fs::path, nlohmann::json> resumed;
-  if (!options_.resume_dir.empty()) {
-    resumed = load_state_dir(options_.resume_dir);
-    check_resumable(resumed, options_, *corpus_);
-  }
+  const PlanRequest request = plan_request(options_);
+  const std::string granularity = models::gpt_request_granularity(request);
+  check_fits_in_memory(options_, request);
+  const std::pair<fs::path, nlohmann::json> resumed = load_resumed_state(options_, *corpus_);
   if (!options_.save_dir.empty() && rank_ == 0) check_state_dir_writable(options_.save_dir);  // before any step
 
   torch::manual_seed(options_.seed);
   model_ = models::Gpt(options_.model);
   model_->train();
   chain_ = std::make_unique<models::GptChain>(model_, granularity);
-  if (loaded_plan) {
-    plan_ = *loaded_plan;
-  } else if (!options_.budget.empty() && rank_ != 0) {
-    // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
-    // same order (timing noise could otherwise give each rank a plan of its own).
-    plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
-    plan_source_ = "optimal for budget " + options_.budget + " per rank (planned by rank 0)";
-  } else if (!options_.budget.empty()) {
-    // Profiled on the run's first batch (a sampler of its own: the run's batches are unchanged);
-    // profiling leaves the model, its gradients and the RNG as they were.
-    BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);
-    const auto [tokens, targets] = first.next();
-    const models::GptCosts costs =
-        models::profile_gpt(model_, tokens, targets, options_.profile_repeats, options_.checkpoint_mode);
-    budget_plan_ = models::gpt_plan_for_budget(costs, options_.budget, options_.memory_slots, options_.checkpoint_mode);
-    plan_ = budget_plan_->plan;
-    plan_source_ = "optimal for budget " + options_.budget + " = " + format_bytes(budget_plan_->budget_bytes) +
-                   ", predicted peak " + format_bytes(budget_plan_->prediction.peak_bytes) + ", overhead " +
-                   std::to_string(static_cast<int>(std::lround(100.0 * budget_plan_->predicted_overhead()))) + "%";
-    if (world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
-  } else {
-    plan_ = models::gpt_policy_plan(options_.policy, *chain_);
-    plan_.mode = options_.checkpoint_mode;
-    plan_source_ = "policy " + options_.policy;
-  }
-  plan_.bind_to(*chain_);
-  if (world_size_ > 1) options_.process_group->check_same("the plan", {plan_.to_string()});
+  choose_plan(request);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
   // The global batch: the same sequences at every step whatever the number of ranks.
@@ -185,16 +166,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
 
   if (!options_.resume_dir.empty()) {
     const auto& [state, meta] = resumed;
-    try {
-      torch::load(model_, (state / "model.pt").string());
-      torch::load(*optimizer_, (state / "optimizer.pt").string());
-      at::Tensor rng;
-      torch::load(rng, (state / "rng.pt").string());
-      at::Generator generator = at::detail::getDefaultCPUGenerator();
-      generator.set_state(rng);
-    } catch (const c10::Error& e) {
-      REMAT_CHECK(false, "resume: cannot load the state in '", state.string(), "': ", e.what_without_backtrace());
-    }
+    load_model_optimizer_and_rng(state, model_, *optimizer_);
     sampler_->set_state(meta["sampler"].get<std::string>());
     step_ = meta["step"].get<int64_t>();
   }
@@ -206,6 +178,33 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     // from the step a resumed run starts at.
     if (world_size_ > 1) torch::manual_seed(options_.seed * 1000003 + static_cast<uint64_t>(step_) * 7919 + rank_ + 1);
   }
+}
+
+void Trainer::choose_plan(const PlanRequest& request) {
+  const bool budget = request.kind() == PlanRequest::Kind::budget;
+  if (budget && rank_ != 0) {
+    // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
+    // same order (timing noise could otherwise give each rank a plan of its own).
+    plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
+    plan_source_ = "optimal for budget " + options_.budget + " per rank (planned by rank 0)";
+  } else {
+    const ChosenPlan chosen =
+        models::gpt_choose_plan(request, options_.model.layers, [this] { return profile_first_batch(); });
+    plan_ = chosen.plan;
+    plan_source_ = chosen.source;
+    budget_plan_ = chosen.planned;
+    if (budget && world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
+  }
+  plan_.bind_to(*chain_);
+  if (world_size_ > 1) options_.process_group->check_same("the plan", {plan_.to_string()});
+}
+
+models::GptCosts Trainer::profile_first_batch() const {
+  // The run's first batch (a sampler of its own: the run's batches are unchanged); profiling leaves
+  // the model, its gradients and the RNG as they were.
+  BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);
+  const auto [tokens, targets] = first.next();
+  return models::profile_gpt(model_, tokens, targets, options_.profile_repeats, options_.checkpoint_mode);
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::local_batch(std::pair<at::Tensor, at::Tensor> global) const {
@@ -243,7 +242,7 @@ StepRecord Trainer::step() {
 }
 
 void Trainer::save() const {
-  REMAT_CHECK(!options_.save_dir.empty(), "save: TrainOptions::save_dir is empty; say where to save.");
+  REMAT_CHECK(!options_.save_dir.empty(), "save: ", field("TrainOptions::save_dir"), " is empty; say where to save.");
   if (saved_step_ == step_) return;
   save(options_.save_dir);
 }
@@ -254,7 +253,7 @@ void Trainer::save(const std::string& dir) const {
     return;
   }
   nlohmann::json meta = {{"format", "remat-train-state"}, {"version", 1}, {"step", step_},
-                         {"config", config_json(options_.model)}, {"batch", options_.batch},
+                         {"config", gpt_config_json(options_.model)}, {"batch", options_.batch},
                          {"sampler", sampler_->state()}, {"plan", plan_.to_string()}, {"data", corpus_json(*corpus_)}};
   save_state_dir(dir, step_, meta, [&](const fs::path& into) {
     torch::save(model_, (into / "model.pt").string());

@@ -40,7 +40,27 @@ namespace remat::models {
 
 /// What a block keeps inside (see the stage options above).
 enum class Keep { full, selective, matmul_inputs, fused, fused_matmul_inputs };
+
+/// The one table of the GPT's stage options: their names (as plans, cost tables and policies spell
+/// them), which halves offer them and what each trades; parsing, the chain's stages, the option
+/// policies and the estimator all derive from it.
+struct KeepOption {
+  Keep keep;
+  const char* name;
+  bool attention_only;   ///< offered by attention halves only (the MLP half has no attention core)
+  const char* tradeoff;  ///< one line, as `remat policies` shows it
+};
+/// In order; the first (full) is every stage's default.
+const std::vector<KeepOption>& keep_options();
+/// The table's row of `keep`.
+const KeepOption& keep_option(Keep keep);
+/// The option's name ("matmul-inputs").
+const char* to_string(Keep keep);
+/// The option named `option`; a clear error listing the names for any other.
 Keep parse_keep(const std::string& option);
+/// The names of the options a stage offers: a block or attention half all, an MLP half those not
+/// attention-only.
+std::vector<std::string> keep_option_names(bool attention);
 /// Whether `keep` recomputes LayerNorm and GELU outputs (matmul-inputs, alone or with fused).
 bool recomputes_matmul_inputs(Keep keep);
 /// Whether `keep` uses remat's fused attention and regenerated dropout.

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "remat/budget_planner.h"
+#include "remat/plan_request.h"
+#include "remat/planner.h"
 #include "remat/models/gpt.h"
 
 namespace remat::models {
@@ -32,9 +33,16 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
 /// one activation between stages (batch × sequence × hidden × 4), naming the fields that differ.
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source);
 
-/// The optimal plan (half-block chain) for `budget`; throws naming the least feasible budget.
-BudgetPlan gpt_plan_for_budget(const GptCosts& costs, const Budget& budget, int64_t memory_slots = 1000,
-                               CheckpointMode mode = CheckpointMode::reentrant);
+/// The optimal plan (half-block chain) for `budget`, as a status (PlanResult::ensure_feasible throws).
+PlanResult gpt_plan_optimal(const GptCosts& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// The granularity of the GPT chain a request runs on: its policy's, its plan's (which must be
+/// "block" or "half"), or "half" for a budget (plans are made on the half-block table).
+std::string gpt_request_granularity(const PlanRequest& request);
+
+/// choose_plan on a GPT of `layers` layers: its own and the generic policies, and `costs` (the
+/// half-block table, profiled or estimated; called only for a budget).
+ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs = nullptr);
 
 /// The GPT's policies worth comparing, generic and its own, without ",skip-ends" (the one list:
 /// planners' comparisons and `remat bench`'s defaults derive from it).
@@ -43,7 +51,8 @@ std::vector<std::string> gpt_policy_names();
 /// Every GPT policy compare_planners tries: gpt_policy_names() with and without ",skip-ends".
 std::vector<std::string> gpt_policy_candidates();
 
-/// Those policies, Revolve and Chen at `budget_bytes`, all costed on the half-block table.
-std::vector<PlanCandidate> gpt_compare_planners(const GptCosts& costs, int64_t budget_bytes, int64_t memory_slots = 1000);
+/// Those policies, Revolve and Chen at `budget`, all costed on the half-block table.
+std::vector<PlanResult> gpt_compare_planners(const GptCosts& costs, const Budget& budget,
+                                             const PlannerOptions& options = {});
 
 }  // namespace remat::models

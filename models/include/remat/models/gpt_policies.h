@@ -23,4 +23,7 @@ std::string gpt_policy_granularity(const std::string& policy);
 /// Builds the plan of `policy` for a GPT chain (GptChain or GptChainShape) of the granularity above.
 Plan gpt_policy_plan(const std::string& policy, const Chain& chain);
 
+/// The plan of `policy` for a GPT of `layers` layers, on the chain of the policy's granularity.
+Plan gpt_policy_plan(const std::string& policy, int64_t layers);
+
 }  // namespace remat::models

@@ -14,8 +14,10 @@
 
 #include <torch/optim/adamw.h>
 
-#include "remat/budget_planner.h"
+#include "remat/plan_request.h"
+#include "remat/planner.h"
 #include "remat/models/gpt.h"
+#include "remat/models/gpt_planning.h"
 #include "remat/plan.h"
 #include "remat/distributed.h"
 #include "remat/plan_measurement.h"
@@ -34,7 +36,7 @@ struct TrainOptions {
   std::string plan_file;        ///< a plan saved as JSON (Plan::to_json)
   std::string budget;           ///< plan for this activation budget (Budget's forms: "50%", "512MiB")
   int profile_repeats = 3;      ///< profiling runs per stage, when planning for `budget`
-  int64_t memory_slots = 1000;  ///< the planner's memory grid, when planning for `budget`
+  int64_t memory_slots = kDefaultMemorySlots;  ///< the planner's memory grid, when planning for `budget`
   /// How a policy's or a budget's plan checkpoints (a plan file's own mode is kept).
   CheckpointMode checkpoint_mode = CheckpointMode::reentrant;
   int threads = 2;
@@ -91,7 +93,7 @@ class Trainer {
 
   const Plan& plan() const { return plan_; }
   /// The planner's result when the plan was made for TrainOptions::budget.
-  const std::optional<BudgetPlan>& budget_plan() const { return budget_plan_; }
+  const std::optional<PlanResult>& budget_plan() const { return budget_plan_; }
   /// One step plain and one under the plan on the run's first batch (remat::verify_plan); no
   /// update, and the model, its gradients and the RNG are left as they were.
   PlanVerification verify();
@@ -113,12 +115,17 @@ class Trainer {
   std::unique_ptr<models::GptChain> chain_;
   Plan plan_;
   std::string plan_source_;
-  std::optional<BudgetPlan> budget_plan_;
+  std::optional<PlanResult> budget_plan_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
   mutable int64_t saved_step_ = -1;
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<distributed::GradientSynchronizer> synchronizer_;
+  /// Sets plan_ and plan_source_ from the request and binds the plan; for a budget rank 0 profiles
+  /// and plans and the other ranks receive its plan.
+  void choose_plan(const PlanRequest& request);
+  /// The GPT's costs on the run's first batch, for a budget's plan.
+  models::GptCosts profile_first_batch() const;
   /// This rank's slice of a global batch.
   std::pair<at::Tensor, at::Tensor> local_batch(std::pair<at::Tensor, at::Tensor> global) const;  ///< the global step last saved to save_dir
   std::string threads_description_;
