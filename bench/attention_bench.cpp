@@ -18,10 +18,10 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "detail/torch_compat.h"
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 #include "remat/memory.h"
 #include "remat/ops/attention.h"
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 
 namespace {
 

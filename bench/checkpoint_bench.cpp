@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 #include "remat/checkpoint.h"
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
 

@@ -17,14 +17,13 @@ int main(int argc, char** argv) {
   options.granularity = "half";
   options.dtype = "bf16";
   const auto costs = remat::models::estimate_gpt(config, options).costs;
-  remat::models::GptChainShape chain(config.layers, "half");
   std::cout << "optimal planner on " << costs.stages.size() << " stages (GPT " << config.describe() << ", half blocks)\n";
   std::vector<int64_t> slot_counts{250, 500, 1000, 2000, 4000};
   if (argc > 2) slot_counts.assign(1, std::stoll(argv[2]));
   for (int64_t slots : slot_counts) {
     const auto start = std::chrono::steady_clock::now();
-    const remat::OptimalPlanner planner(costs, remat::Plan::plain(chain), slots);
-    const auto result = planner.plan(planner.min_feasible_budget_bytes() * 2);
+    const remat::OptimalPlanner planner(costs, remat::PlannerOptions().memory_slots(slots));
+    const auto result = planner.plan(planner.least_feasible_budget_bytes() * 2);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cout << "  " << slots << " memory slots (" << planner.unit_bytes() / 1024 << " KiB each): " << seconds * 1e3
               << " ms to fill the table and plan" << (result.feasible ? "" : " (infeasible)") << ", segments of at most "

@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 #include "remat/memory.h"
 #include "remat/sequential_chain.h"
 #include "support/budget_report.h"
@@ -61,7 +61,7 @@ int run(int argc, char** argv) {
   // The ten lines: a chain over the Sequential with its loss, a plan for the budget, training.
   nn::Sequential net = make_convnet(config);
   remat::SequentialChain chain(net, [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); });
-  remat::BudgetPlan planned = remat::plan_for_budget(chain, images, "50%");
+  remat::PlanResult planned = remat::plan_for_budget(chain, images, "50%");
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
             << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes) << "\n";
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));

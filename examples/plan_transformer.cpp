@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 #include "remat/memory.h"
 #include "remat/sequential_chain.h"
 #include "support/budget_report.h"
@@ -37,7 +37,7 @@ nn::Sequential make_transformer(const Config& c) {
 // ordinary training loop that runs each step under the plan.
 void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tensor& target) {
   remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::mse_loss(out, target); });
-  remat::BudgetPlan planned = remat::plan_for_budget(chain, x, "50%");
+  remat::PlanResult planned = remat::plan_for_budget(chain, x, "50%");
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
             << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
             << ", overhead " << remat_examples::percent(planned.predicted_overhead()) << "\n";

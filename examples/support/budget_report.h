@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
+#include "remat/plan_comparison.h"
 #include "remat/memory.h"
 #include "remat/plan_measurement.h"
 #include "remat/policies.h"
@@ -77,85 +78,68 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   const remat::Plan plain = remat::Plan::plain(chain);
   std::cout << "measured cost table (" << costs.source << "):\n" << costs.to_table();
   std::cout << chain.size() << " stages; least feasible budget "
-            << remat::format_bytes(remat::least_feasible_budget(costs, plain)) << "\n";
+            << remat::format_bytes(remat::least_feasible_budget(costs)) << "\n";
 
   // Every plan measured once, interleaved: the unchecked one, each budget's optimal plan, and every
-  // generic policy (the manual choices a user would otherwise make).
-  std::vector<remat::Plan> plans = {plain};
-  std::map<std::string, size_t> index = {{plain.to_string(), 0}};
-  auto add = [&](const remat::Plan& plan) {
-    auto [it, added] = index.emplace(plan.to_string(), plans.size());
-    if (added) plans.push_back(plan);
-    return it->second;
-  };
-  std::vector<remat::BudgetPlan> optimal;
-  std::vector<size_t> optimal_index;
-  for (const auto& budget : options.budgets) {
-    optimal.push_back(remat::plan_for_budget(costs, plain, budget));
-    optimal_index.push_back(add(optimal.back().plan));
-  }
-  std::vector<std::pair<std::string, size_t>> manual;
-  std::vector<size_t> manual_index;
+  // generic policy (the manual choices a user would otherwise make); overheads paired per round.
+  std::vector<remat::PlanResult> optimal;
+  for (const auto& budget : options.budgets) optimal.push_back(remat::plan_optimal(costs, budget).ensure_feasible());
+  std::vector<remat::NamedPlan> policies;
   for (const auto& policy : remat::generic_policy_candidates()) {
     try {
-      manual.emplace_back(policy, add(remat::policy_plan(policy, chain)));
-      manual_index.push_back(manual.back().second);
+      policies.push_back({policy, remat::policy_plan(policy, chain)});
     } catch (const c10::Error&) {
       // not applicable to this depth
     }
   }
-  std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
-  const auto measured = remat::measure_plans(chain, plans, x, options.measured_steps);
-  // Overheads are paired: each step against the unchecked step of the same round.
-  auto overhead = [&](size_t i) { return remat::paired_time_ratio(measured[i], measured[0]) - 1; };
-  const double none_seconds = measured[0].step_seconds;
-  const auto none_peak = static_cast<double>(measured[0].activation_peak_bytes);
+  const remat::MeasuredComparison c =
+      remat::compare_measured(plain, optimal, policies, [&](const std::vector<remat::Plan>& plans) {
+        std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
+        return remat::measure_plans(chain, plans, x, options.measured_steps);
+      });
+  const remat::PlanMeasurement& none = c.unchecked.measured;
+  const auto none_peak = static_cast<double>(none.activation_peak_bytes);
   std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes) << ", measured "
-            << remat::format_bytes(measured[0].activation_peak_bytes) << ", step " << none_seconds << " s\n\n";
+            << remat::format_bytes(none.activation_peak_bytes) << ", step " << none.step_seconds << " s\n\n";
 
   std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-10s %s\n", "budget", "predicted", "measured", "error",
               "pred. ovh", "meas. ovh", "best generic that fits", "its ovh", "DP/it", "gradients");
-  for (size_t b = 0; b < optimal.size(); ++b) {
-    const remat::BudgetPlan& p = optimal[b];
-    const remat::PlanMeasurement& m = measured[optimal_index[b]];
-    const std::optional<size_t> best = remat::fastest_fitting(measured, manual_index, p.budget_bytes, 0);
-    std::string best_name = "(none fits)";
-    for (const auto& [name, i] : manual) {
-      if (best && i == *best) best_name = name;
-    }
+  for (size_t b = 0; b < c.budgets.size(); ++b) {
+    const remat::BudgetComparison& bc = c.budgets[b];
+    const remat::PlanResult& p = bc.optimal;
+    const remat::PlanMeasurement& m = bc.measured.measured;
+    const std::string best_name = bc.best_policy ? c.policies[*bc.best_policy].name : "(none fits)";
     // DP against the best generic: paired too, so "yes" means its step was the faster in most rounds.
-    const double dp_vs_best = best ? remat::paired_time_ratio(m, measured[*best]) : 0;
     const remat::PlanVerification v = remat::verify_plan(chain, p.plan, x);
-    const bool fits = m.activation_peak_bytes <= p.budget_bytes;
-    failures += fits ? 0 : 1;
+    failures += bc.fits ? 0 : 1;
     failures += v.bitwise_equal() ? 0 : 1;
     const double error = static_cast<double>(p.prediction.peak_bytes - m.activation_peak_bytes) /
                          static_cast<double>(m.activation_peak_bytes);
     std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-10s %s\n", options.budgets[b].c_str(),
                 remat::format_bytes(p.prediction.peak_bytes).c_str(),
-                (remat::format_bytes(m.activation_peak_bytes) + (fits ? "" : "!")).c_str(), percent(error).c_str(),
-                percent(p.predicted_overhead()).c_str(), percent(overhead(optimal_index[b])).c_str(), best_name.c_str(),
-                best ? percent(overhead(*best)).c_str() : "-", best ? ratio_text(dp_vs_best).c_str() : "-",
+                (remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!")).c_str(), percent(error).c_str(),
+                percent(p.predicted_overhead()).c_str(), percent(bc.measured.overhead).c_str(), best_name.c_str(),
+                bc.best_policy ? percent(c.policies[*bc.best_policy].overhead).c_str() : "-",
+                bc.best_policy ? ratio_text(bc.ratio_to_best_policy).c_str() : "-",
                 v.bitwise_equal() ? "bitwise equal" : ("DIFFER " + std::to_string(v.max_gradient_difference())).c_str());
     std::cout << "        plan: " << p.plan.to_string() << "\n";
   }
-  std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(measured[0].activation_peak_bytes)
-            << "):\n";
+  std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(none.activation_peak_bytes) << "):\n";
   std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", "policy", "predicted", "measured", "of none", "pred. ovh",
               "meas. ovh");
   const double none_predicted = optimal.front().unchecked.step_seconds;
-  for (const auto& [name, i] : manual) {
-    const remat::Prediction predicted = remat::simulate(plans[i], costs);
-    std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", name.c_str(), remat::format_bytes(predicted.peak_bytes).c_str(),
-                remat::format_bytes(measured[i].activation_peak_bytes).c_str(),
-                (std::to_string(static_cast<int>(100.0 * static_cast<double>(measured[i].activation_peak_bytes) / none_peak)) + "%").c_str(),
-                percent(predicted.step_seconds / none_predicted - 1).c_str(),
-                percent(overhead(i)).c_str());
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const remat::Prediction predicted = remat::simulate(policies[i].plan, costs);
+    const int64_t peak = c.policies[i].measured.activation_peak_bytes;
+    std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", policies[i].name.c_str(),
+                remat::format_bytes(predicted.peak_bytes).c_str(), remat::format_bytes(peak).c_str(),
+                (std::to_string(static_cast<int>(100.0 * static_cast<double>(peak) / none_peak)) + "%").c_str(),
+                percent(predicted.step_seconds / none_predicted - 1).c_str(), percent(c.policies[i].overhead).c_str());
   }
 
   // Training: the same steps unchecked and under the plan for `train_budget`, from the same
   // initialisation and RNG seeds: parameters and buffers (running statistics) must match exactly.
-  const remat::Plan train_plan = remat::plan_for_budget(costs, plain, options.train_budget).plan;
+  const remat::Plan train_plan = remat::plan_optimal(costs, options.train_budget).ensure_feasible().plan;
   std::vector<std::vector<at::Tensor>> finals;
   std::vector<std::vector<double>> losses(2);
   for (int planned = 0; planned < 2; ++planned) {
@@ -203,9 +187,8 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
       plans.back().mode = mode;
       names.push_back(policy);
     }
-    remat::Plan plan_template = remat::Plan::plain(chain);
-    plan_template.mode = mode;
-    plans.push_back(remat::plan_for_budget(costs, plan_template, options.train_budget).plan);
+    plans.push_back(
+        remat::plan_optimal(costs, options.train_budget, remat::PlannerOptions().mode(mode)).ensure_feasible().plan);
     names.push_back("optimal " + options.train_budget);
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";

@@ -16,14 +16,15 @@
 #include "commands.h"
 #include "invocation.h"
 #include "progress.h"
-#include "remat/cpu_threads.h"
+#include "remat/internal/process.h"
 #include "remat/error.h"
-#include "remat/files.h"
+#include "remat/internal/files.h"
 #include "remat/memory.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_planning.h"
 #include "remat/plan_measurement.h"
 #include "strategies.h"
+#include "remat/train/config_json.h"
 #include "table.h"
 
 namespace remat::cli {
@@ -57,61 +58,75 @@ std::vector<std::string> traced_names(const BenchFlags& flags, const std::vector
   return names;
 }
 
-void run_bench(BenchFlags& flags) {
-  const auto [out, policies, budgets] = check_strategy_flags(flags);
-  const auto& options = flags.model.options;
-  std::ostream& human = human_output(flags.json);
-  const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
-  const ModelCosts costs = strategy_costs(flags);
-  const std::vector<Strategy> strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots, flags.checkpoint_modes);
-  install_cpu_memory_tracker();
-  SampleModel sample = make_sample_model(options);
-  const std::string threads = set_cpu_threads(options.threads);
+// The unchecked plan is the reference for "saved" and "overhead": it is measured even when not listed.
+struct BenchMeasurements {
+  std::vector<PlanMeasurement> plans;  ///< one per strategy, then the unchecked plan when not listed
+  size_t none_index = 0;
+  const PlanMeasurement& none() const { return plans[none_index]; }
+};
 
-  // The unchecked plan is the reference for "saved" and "overhead": measure it even if not listed.
+// What every output is rendered from, so that the table, CSV, JSON, plots and report agree.
+struct BenchResults {
+  std::string title, threads;
+  std::vector<Strategy> strategies;
+  BenchMeasurements measured;
+  std::vector<ParetoPoint> points;
+  Table rows{std::vector<Column>{}};
+  std::vector<TimelineSeries> timelines;
+};
+
+BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,
+                                     const BenchFlags& flags) {
+  const auto& options = flags.model.options;
   std::vector<Plan> plans;
   for (const auto& s : strategies) plans.push_back(s.plan);
-  const auto none_it = std::find_if(strategies.begin(), strategies.end(), [](const Strategy& s) { return s.name == "none"; });
+  const auto none_it =
+      std::find_if(strategies.begin(), strategies.end(), [](const Strategy& s) { return s.name == "none"; });
   const bool none_listed = none_it != strategies.end();
-  const size_t none_index = none_listed ? static_cast<size_t>(none_it - strategies.begin()) : plans.size();
+  BenchMeasurements measured;
+  measured.none_index = none_listed ? static_cast<size_t>(none_it - strategies.begin()) : plans.size();
   if (!none_listed) plans.push_back(Plan::plain(models::GptChainShape(options.model.layers, "block")));
 
   std::cerr << "measuring " << plans.size() << " strategies: one warm-up round, then " << flags.steps
             << " interleaved rounds (" << model_title(options) << ")\n";
-  std::vector<PlanMeasurement> measured;
-  {
-    Progress progress("round", flags.steps + 1, flags.steps + 1);
-    const auto started = std::chrono::steady_clock::now();
-    measured = train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.steps,
-                                    [&](int round, int rounds, size_t p) {
-                                      if (p != 0) return;
-                                      const double elapsed =
-                                          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-                                      progress.update(round + 1, std::string(round == 0 ? "warm-up" : "measured") + ", " +
-                                                                     fixed(elapsed, 0) + " s so far");
-                                      (void)rounds;
-                                    });
-  }
-  const PlanMeasurement& none = measured[none_index];
+  Progress progress("round", flags.steps + 1, flags.steps + 1);
+  const auto started = std::chrono::steady_clock::now();
+  auto report_round = [&](int round, int rounds, size_t p) {
+    if (p != 0) return;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    progress.update(round + 1,
+                    std::string(round == 0 ? "warm-up" : "measured") + ", " + fixed(elapsed, 0) + " s so far");
+    (void)rounds;
+  };
+  measured.plans =
+      train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.steps, report_round);
+  return measured;
+}
 
+std::vector<ParetoPoint> pareto_points(const std::vector<Strategy>& strategies, const BenchMeasurements& measured) {
   std::vector<ParetoPoint> points;
   for (size_t i = 0; i < strategies.size(); ++i) {
-    points.push_back({strategies[i].name, strategies[i].planner, mebibytes(measured[i].activation_peak_bytes),
-                      measured[i].step_seconds, false});
+    const PlanMeasurement& m = measured.plans[i];
+    points.push_back(
+        {strategies[i].name, strategies[i].planner, mebibytes(m.activation_peak_bytes), m.step_seconds, false});
   }
   mark_pareto_frontier(points);
+  return points;
+}
 
-  // One row per strategy, rendered to the terminal, CSV, JSON and Markdown.
+// One row per strategy, rendered to the terminal, CSV, JSON and Markdown.
+Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
   Table rows({{"strategy", "strategy"}, Column::data("kind"), Column::data("budget"), Column::data("budget_bytes"),
               Column::data("plan"), Column::data("granularity"), {"activation_peak_bytes", "activation peak"},
               {"saved_fraction", "saved"}, {"median_step_seconds", "median step"}, {"overhead_fraction", "overhead"}, {"predicted_peak_bytes", "predicted peak"},
               {"peak_error_fraction", "peak error"}, {"predicted_overhead_fraction", "predicted overhead"},
               Column::data("within_budget"), {"on_pareto_frontier", "Pareto"}});
+  const PlanMeasurement& none = r.measured.none();
   const double predicted_none = costs.unchecked().step_seconds;
   const nlohmann::json none_value;
-  for (size_t i = 0; i < strategies.size(); ++i) {
-    const Strategy& s = strategies[i];
-    const PlanMeasurement& m = measured[i];
+  for (size_t i = 0; i < r.strategies.size(); ++i) {
+    const Strategy& s = r.strategies[i];
+    const PlanMeasurement& m = r.measured.plans[i];
     const double saved = 1.0 - static_cast<double>(m.activation_peak_bytes) / static_cast<double>(none.activation_peak_bytes);
     const double overhead = paired_time_ratio(m, none) - 1.0;  // per round: drift cancels
     const bool over = s.planner && m.activation_peak_bytes > s.budget_bytes;
@@ -130,47 +145,53 @@ void run_bench(BenchFlags& flags) {
                   Cell(fixed(100.0 * saved, 1) + "%", saved), Cell(format_seconds(m.step_seconds), m.step_seconds),
                   Cell(percent(overhead), overhead), predicted_peak, peak_error,
                   predicted_overhead, Cell("", s.planner ? nlohmann::json(!over) : none_value),
-                  Cell(points[i].on_frontier ? "*" : "", points[i].on_frontier)});
+                  Cell(r.points[i].on_frontier ? "*" : "", r.points[i].on_frontier)});
   }
-  const std::string title = model_title(options);
-  human << "\n" << title << "; median of " << flags.steps << " interleaved steps (overheads paired per round), exact activation bytes\n";
-  rows.print(human);
-  human << "(* on the Pareto frontier: no other strategy is both smaller and faster)\n";
+  return rows;
+}
 
-  // Timelines after the table.
-  std::vector<TimelineSeries> timelines;
-  if (!trace_names.empty()) {
-    std::cerr << "recording the memory timeline of " << trace_names.size() << " strategies...\n";
-    // measure_plans leaves the model as it found it, gradients unallocated: trace a steady-state
-    // step, with them allocated as after a first training step.
-    for (auto& p : sample.model->parameters()) {
-      if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
-    }
-    timelines = trace_strategies(sample, strategies, trace_names, options.seed);
+std::vector<TimelineSeries> record_timelines(SampleModel& sample, const std::vector<Strategy>& strategies,
+                                             const std::vector<std::string>& trace_names, uint64_t seed) {
+  if (trace_names.empty()) return {};
+  std::cerr << "recording the memory timeline of " << trace_names.size() << " strategies...\n";
+  // measure_plans leaves the model as it found it, gradients unallocated: trace a steady-state
+  // step, with them allocated as after a first training step.
+  for (auto& p : sample.model->parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = at::zeros_like(p);
   }
+  return trace_strategies(sample, strategies, trace_names, seed);
+}
 
+// Returns every file named in the report: bench.json comes second though it is written last, once
+// the report is complete.
+std::vector<std::string> write_csv_profile_and_plots(const std::filesystem::path& out, const BenchFlags& flags,
+                                                     const ModelCosts& costs, const BenchResults& r) {
   std::vector<std::string> files = {(out / "bench.csv").string(), (out / "bench.json").string(),
                                     (out / "profile.json").string()};
-  write_file_atomically(files[0], rows.csv());
+  write_file_atomically(files[0], r.rows.csv());
   save_profile(costs, files[2]);  // `remat plan --profile` on it gives the same plans again
   if (!flags.no_plots) {
     std::vector<PlotMarker> budget_markers;
-    for (const auto& s : strategies) {
+    for (const auto& s : r.strategies) {
       if (s.planner) budget_markers.push_back({"budget " + s.budget_text, mebibytes(s.budget_bytes)});
     }
-    for (const auto& f : plot_pareto(out.string(), "remat bench: " + title, points, budget_markers)) files.push_back(f);
-    if (!timelines.empty()) {
-      for (const auto& f : plot_timeline(out.string(), "Activation memory over one training step: " + title, timelines))
-        files.push_back(f);
+    for (const auto& f : plot_pareto(out.string(), "remat bench: " + r.title, r.points, budget_markers)) {
+      files.push_back(f);
+    }
+    if (!r.timelines.empty()) {
+      const std::string timeline_title = "Activation memory over one training step: " + r.title;
+      for (const auto& f : plot_timeline(out.string(), timeline_title, r.timelines)) files.push_back(f);
     }
   }
+  return files;
+}
 
-  // The Markdown report.
+std::string markdown_report(const BenchFlags& flags, const BenchResults& r) {
   std::string md;
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
-  md += "# remat bench: " + title + "\n\nMeasured " + date + " with LibTorch " + TORCH_VERSION + " on " + threads +
+  md += "# remat bench: " + r.title + "\n\nMeasured " + date + " with LibTorch " + TORCH_VERSION + " on " + r.threads +
         ".\n\n    " + invocation() + "\n\n" +
         "Every strategy runs forward + backward on the same batch and model; one warm-up round, then " +
         std::to_string(flags.steps) +
@@ -180,28 +201,62 @@ void run_bench(BenchFlags& flags) {
         "over rounds of the step's ratio to the unchecked step of the same round. "
         "Predictions come from the profiled cost model that the planner optimises, saved as `profile.json` "
         "(`remat plan --profile profile.json --budget 30%` plans again from it).\n\n" +
-        rows.markdown() + "\nPlans (compact form: `[...]` is a checkpointed segment, `:option` what a stage keeps):\n\n";
-  for (const auto& s : strategies) md += "- " + s.name + ": `" + s.plan.to_string() + "`\n";
+        r.rows.markdown() +
+        "\nPlans (compact form: `[...]` is a checkpointed segment, `:option` what a stage keeps):\n\n";
+  for (const auto& s : r.strategies) md += "- " + s.name + ": `" + s.plan.to_string() + "`\n";
   if (gnuplot_available() && !flags.no_plots) {
     md += "\n![activation peak vs step time](pareto.png)\n";
-    if (!timelines.empty()) md += "\n![memory timeline](timeline.png)\n";
+    if (!r.timelines.empty()) md += "\n![memory timeline](timeline.png)\n";
   }
-  files.push_back((out / "report.md").string());
-  write_file_atomically(files.back(), md);
+  return md;
+}
 
+nlohmann::json json_report(const BenchFlags& flags, const BenchResults& r) {
+  const auto& options = flags.model.options;
+  const PlanMeasurement& none = r.measured.none();
   nlohmann::json report = {{"command", invocation()},
-                           {"model", {{"layers", options.model.layers}, {"hidden", options.model.hidden},
-                                      {"heads", options.model.heads}, {"sequence", options.model.sequence},
-                                      {"dropout", options.model.dropout}, {"batch", options.batch}}},
-                           {"threads", threads},
+                           {"model", train::gpt_config_json(options.model)},
+                           {"threads", r.threads},
                            {"torch_version", TORCH_VERSION},
                            {"steps", flags.steps},
                            {"unchecked_activation_peak_bytes", none.activation_peak_bytes},
                            {"unchecked_median_step_seconds", none.step_seconds},
-                           {"strategies", rows.json()}};
+                           {"strategies", r.rows.json()}};
   nlohmann::json all_steps = nlohmann::json::object();  // every measured step, for other statistics
-  for (size_t i = 0; i < strategies.size(); ++i) all_steps[strategies[i].name] = measured[i].all_step_seconds;
+  for (size_t i = 0; i < r.strategies.size(); ++i) {
+    all_steps[r.strategies[i].name] = r.measured.plans[i].all_step_seconds;
+  }
   report["step_seconds"] = all_steps;
+  report["model"]["batch"] = options.batch;
+  return report;
+}
+
+void run_bench(BenchFlags& flags) {
+  const auto [out, policies, budgets] = check_strategy_flags(flags);
+  const auto& options = flags.model.options;
+  std::ostream& human = human_output(flags.json);
+  const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
+  const ModelCosts costs = strategy_costs(flags);
+  BenchResults r;
+  r.strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots, flags.checkpoint_modes);
+  install_cpu_memory_tracker();
+  SampleModel sample = make_sample_model(options);
+  r.threads = set_cpu_threads(options.threads);
+  r.title = model_title(options);
+
+  r.measured = measure_strategies(sample, r.strategies, flags);
+  r.points = pareto_points(r.strategies, r.measured);
+  r.rows = strategy_rows(r, costs);
+  human << "\n" << r.title << "; median of " << flags.steps
+        << " interleaved steps (overheads paired per round), exact activation bytes\n";
+  r.rows.print(human);
+  human << "(* on the Pareto frontier: no other strategy is both smaller and faster)\n";
+  r.timelines = record_timelines(sample, r.strategies, trace_names, options.seed);
+
+  std::vector<std::string> files = write_csv_profile_and_plots(out, flags, costs, r);
+  files.push_back((out / "report.md").string());
+  write_file_atomically(files.back(), markdown_report(flags, r));
+  nlohmann::json report = json_report(flags, r);
   write_file_atomically(files[1], report.dump(2) + "\n");
   human << "\nwrote:";
   for (const auto& f : files) human << " " << f;

@@ -67,16 +67,15 @@ void run_estimate(EstimateFlags& flags) {
       << "second term is gone (a log-sum-exp per query row, a*s*b elements, remains).\n";
 
   const int64_t unchecked = costs.unchecked_peak_bytes();
-  const int64_t least =
-      least_feasible_budget(costs.half, Plan::plain(models::GptChainShape(f.model.layers, "half")), 1000);
+  const int64_t least = least_feasible_budget(costs.half);
   const double none_seconds = costs.unchecked().step_seconds;
   out << "\nwhole model, " << f.model.layers << " layers: activation peak per policy (the simulator on these costs; "
             << "times from FLOPs at " << fixed(f.options.flops_per_second / 1e12, 2) << " TFLOP/s):\n";
   Table policies({"policy", "activation peak GiB", "vs none", "time overhead"});
   policies.add_row({"none", gib(unchecked), "100.0%", "+0.0%"});
   nlohmann::json json_policies = nlohmann::json::array();
-  for (const auto& o : models::gpt_compare_planners(costs, unchecked, 1000)) {
-    if (o.name == "revolve" || o.name == "chen" || o.plan.stage_names.empty()) continue;
+  for (const auto& o : models::gpt_compare_planners(costs, Budget::bytes(unchecked))) {
+    if (o.planner != PlannerKind::policy) continue;
     policies.add_row({o.name, gib(o.prediction.peak_bytes),
                       fixed(100.0 * static_cast<double>(o.prediction.peak_bytes) / static_cast<double>(unchecked), 1) + "%",
                       percent(o.prediction.step_seconds / none_seconds - 1)});
@@ -91,7 +90,7 @@ void run_estimate(EstimateFlags& flags) {
                                  {"published_per_layer_bytes", est.published_block_bytes},
                                  {"published_attention_bytes", est.published_attention_bytes},
                                  {"relative_difference", difference}, {"unchecked_peak_bytes", unchecked},
-                                 {"min_feasible_budget_bytes", least}, {"policies", json_policies}})
+                                 {"least_feasible_budget_bytes", least}, {"min_feasible_budget_bytes", least}, {"policies", json_policies}})
                      .dump()
               << "\n";
   }

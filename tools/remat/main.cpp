@@ -1,5 +1,6 @@
 // The `remat` command-line program: one subcommand per job.
 #include <cstring>
+#include <map>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -9,29 +10,26 @@
 
 #include "commands.h"
 #include "invocation.h"
+#include "remat/error.h"
+#include "remat/internal/process.h"
 #include "remat/memory.h"
 
 namespace {
 
-// The library's errors name the fields a library caller set (GptConfig::heads); a command-line user
-// set flags, so their messages name those instead.
-std::string in_flag_words(std::string message) {
-  static const std::pair<const char*, const char*> fields[] = {
+// The library's errors name the fields a library caller sets (GptConfig::heads); a command-line user
+// set flags, so their messages name those instead: the fields are the error's data (FieldError).
+std::string flag_of(const std::string& field) {
+  static const std::map<std::string, std::string> flags = {
       {"GptConfig::layers", "--layers"}, {"GptConfig::hidden", "--hidden"}, {"GptConfig::heads", "--heads"},
-      {"GptConfig::sequence", "--seq"}, {"GptConfig::dropout", "--dropout"}, {"TrainOptions::batch", "--batch"},
-      {"TrainOptions::lr", "--lr"}, {"TrainOptions::warmup_steps", "--warmup"}, {"TrainOptions::steps", "--steps"},
-      {"TrainOptions::threads", "--threads"}, {"TrainOptions::data_file", "--data"},
-      {"TrainOptions::budget", "--budget"}, {"TrainOptions::plan_file", "--plan"},
-      {"TrainOptions::resume_dir", "--resume"}, {"TrainOptions::save_dir", "--save-state"},
-      {"TrainOptions::save_every", "--save-every"}, {"TrainOptions::keep_last", "--keep-last"},
-      {"remat: resume:", "remat: --resume:"},
-      {"batch x GptConfig", "--batch x GptConfig"}};
-  for (const auto& [field, flag] : fields) {
-    for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at + std::strlen(flag))) {
-      message.replace(at, std::strlen(field), flag);
-    }
-  }
-  return message;
+      {"GptConfig::sequence", "--seq"}, {"GptConfig::dropout", "--dropout"}, {"GptConfig::vocabulary", "--vocab"}, {"TrainOptions::batch", "--batch"},
+      {"batch", "--batch"}, {"TrainOptions::lr", "--lr"}, {"TrainOptions::warmup_steps", "--warmup"},
+      {"TrainOptions::steps", "--steps"}, {"TrainOptions::threads", "--threads"},
+      {"TrainOptions::data_file", "--data"}, {"TrainOptions::budget", "--budget"},
+      {"TrainOptions::plan_file", "--plan"}, {"TrainOptions::resume_dir", "--resume"},
+      {"TrainOptions::save_dir", "--save-state"}, {"TrainOptions::save_every", "--save-every"},
+      {"TrainOptions::keep_last", "--keep-last"}, {"TrainOptions::profile_repeats", "--repeats"}};
+  const auto it = flags.find(field);
+  return it == flags.end() ? field : it->second;
 }
 
 }  // namespace
@@ -67,8 +65,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const remat::FieldError& e) {
+    std::cerr << "error: " << e.message_naming(flag_of) << "\n";
+    return 1;
   } catch (const c10::Error& e) {
-    std::cerr << "error: " << in_flag_words(e.what_without_backtrace()) << "\n";
+    std::cerr << "error: " << e.what_without_backtrace() << "\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

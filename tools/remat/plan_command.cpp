@@ -13,9 +13,10 @@
 #include "model_flags.h"
 #include "planning.h"
 #include "remat/error.h"
-#include "remat/files.h"
+#include "remat/internal/files.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
+#include "remat/plan_comparison.h"
 #include "remat/plan_measurement.h"
 #include "remat/train/corpus.h"
 #include "table.h"
@@ -30,7 +31,7 @@ struct PlanFlags {
   std::string profile_file;
   std::string save_file;
   int repeats = 5;
-  int64_t slots = 1000;
+  int64_t slots = kDefaultMemorySlots;
   bool json = false;
   bool measure = false;
   int measure_steps = 3;
@@ -49,15 +50,13 @@ void run_policy_plan(PlanFlags& flags) {
   const auto& config = flags.model.options.model;
   config.validate();
   const std::string policy = flags.policy.empty() ? "block" : flags.policy;
-  const std::string granularity = models::gpt_policy_granularity(policy);
-  models::GptChainShape chain(config.layers, granularity);
-  Plan plan = models::gpt_policy_plan(policy, chain);
-  plan.mode = flags.model.options.checkpoint_mode;
+  const PlanRequest request = PlanRequest::of_policy(policy).mode(flags.model.options.checkpoint_mode);
+  const Plan plan = models::gpt_choose_plan(request, config.layers).plan;
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
-    std::cout << "policy " << policy << " for a GPT with " << config.describe() << " (" << chain.size()
-              << " stages, granularity " << granularity << "):\n  " << plan.to_string() << "\n";
+    std::cout << "policy " << policy << " for a GPT with " << config.describe() << " (" << plan.stage_names.size()
+              << " stages, granularity " << plan.granularity << "):\n  " << plan.to_string() << "\n";
   }
   if (!flags.save_file.empty()) {
     write_file_atomically(flags.save_file, plan.to_json() + "\n");
@@ -66,133 +65,152 @@ void run_policy_plan(PlanFlags& flags) {
   if (flags.verify) print_verification(flags.model.options, plan, flags.json ? std::cerr : std::cout);
 }
 
+// A budget's optimal plan, and what every planner and manual policy gives at the same bytes.
+struct BudgetResult {
+  std::string text;
+  int64_t bytes;
+  PlanResult optimal;
+  std::vector<PlanResult> others;
+  int64_t least;
+  double solve_seconds;
+};
+
+// The predictions for the plan that checkpoints nothing: every overhead is relative to its step.
+struct UncheckedPrediction {
+  int64_t peak_bytes = 0;
+  double step_seconds = 0;
+};
+
+ModelCosts load_or_profile(const PlanFlags& flags, std::ostream& out) {
+  const auto& options = flags.model.options;
+  if (!flags.profile_file.empty()) return load_profile_for(flags.profile_file, options);
+  out << "profiling the GPT (" << options.model.describe() << ", batch " << options.batch << ")...\n";
+  return profile_model(options, flags.repeats);
+}
+
+std::vector<BudgetResult> plan_budgets(const ModelCosts& costs, const std::vector<std::string>& budgets,
+                                       const PlanFlags& flags) {
+  std::vector<BudgetResult> results;
+  for (const auto& text : budgets) {
+    BudgetResult r{text, 0, {}, {}, -1, 0};
+    const auto start = std::chrono::steady_clock::now();
+    const PlanRequest request =
+        PlanRequest::of_budget(Budget::parse(text)).mode(flags.model.options.checkpoint_mode).memory_slots(flags.slots);
+    r.optimal = *models::gpt_choose_plan(request, costs.layers(), [&costs] { return costs; }).planned;
+    r.bytes = r.optimal.budget_bytes;
+    r.least = r.optimal.least_feasible_budget_bytes;
+    r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    r.others = models::gpt_compare_planners(costs, Budget::bytes(r.bytes), PlannerOptions().memory_slots(flags.slots));
+    results.push_back(std::move(r));
+  }
+  return results;
+}
+
+// Prints the budget's optimal plan beside every other planner and policy; returns the budget's JSON.
+nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPrediction& unchecked, std::ostream& out) {
+  const double none_seconds = unchecked.step_seconds;
+  out << "\nbudget " << r.text << " = " << format_bytes(r.bytes) << " (least feasible " << format_bytes(r.least)
+      << "; planned in " << fixed(r.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
+      << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
+      << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
+      << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << "\n";
+  Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
+  table.add_row({"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes",
+                 percent(r.optimal.prediction.step_seconds / none_seconds - 1)});
+  nlohmann::json policies = nlohmann::json::array();
+  for (const auto& o : r.others) {
+    const bool has_plan = !o.plan.stage_names.empty();
+    table.add_row({o.name, has_plan ? format_bytes(o.prediction.peak_bytes) : "-", o.feasible ? "yes" : "no",
+                   has_plan ? percent(o.prediction.step_seconds / none_seconds - 1) : "-"});
+    policies.push_back({{"name", o.name}, {"fits", o.feasible},
+                        {"predicted_peak_bytes", has_plan ? nlohmann::json(o.prediction.peak_bytes) : nlohmann::json()},
+                        {"predicted_overhead", has_plan ? nlohmann::json(o.prediction.step_seconds / none_seconds - 1)
+                                                        : nlohmann::json()}});
+  }
+  table.print(out);
+  nlohmann::json result = {{"budget", r.text}, {"budget_bytes", r.bytes}, {"plan", r.optimal.plan.to_string()},
+                           {"plan_json", nlohmann::json::parse(r.optimal.plan.to_json())},
+                           {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
+                           {"predicted_step_seconds", r.optimal.prediction.step_seconds},
+                           {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
+                           {"least_feasible_budget_bytes", r.least}, {"min_feasible_budget_bytes", r.least},
+                           {"unchecked_peak_bytes", unchecked.peak_bytes},
+                           {"solve_seconds", r.solve_seconds}, {"policies", policies}};
+  return result;
+}
+
+// What --measure runs, each distinct plan once: the unchecked plan first (the reference for every
+// overhead), then each budget's optimal plan and the manual policies.
+// Each budget's optimal plan as measured against its prediction and the fastest manual policy that fits.
+void print_budget_measurements(const MeasuredComparison& c, const std::vector<BudgetResult>& results,
+                               double none_seconds, nlohmann::json& json_results, std::ostream& out) {
+  Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
+               "best manual fitting", "its measured overhead", "optimal <= best"});
+  for (size_t b = 0; b < c.budgets.size(); ++b) {
+    const BudgetComparison& bc = c.budgets[b];
+    const BudgetResult& r = results[b];
+    const int64_t measured_peak = bc.measured.measured.activation_peak_bytes;
+    const std::string best_name = bc.best_policy ? c.policies[*bc.best_policy].name : "(none fits)";
+    const double error = static_cast<double>(r.optimal.prediction.peak_bytes - measured_peak) /
+                         static_cast<double>(measured_peak);
+    table.add_row({r.text + " (" + format_bytes(r.bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
+                   format_bytes(measured_peak) + (bc.fits ? "" : " OVER"), percent(error),
+                   percent(r.optimal.prediction.step_seconds / none_seconds - 1), percent(bc.measured.overhead),
+                   best_name, bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
+                   bc.ratio_to_best_policy <= 1 ? "yes" : "no"});
+    json_results[b]["measured_peak_bytes"] = measured_peak;
+    json_results[b]["measured_overhead"] = bc.measured.overhead;
+    json_results[b]["best_manual"] = best_name;
+    json_results[b]["best_manual_measured_overhead"] =
+        bc.best_policy ? nlohmann::json(c.policies[*bc.best_policy].overhead) : nlohmann::json();
+  }
+  table.print(out);
+}
+
+void print_manual_measurements(const MeasuredComparison& c, std::ostream& out) {
+  Table all({"plan", "measured peak", "measured overhead"});
+  for (const auto& p : c.policies) {
+    all.add_row({p.name, format_bytes(p.measured.activation_peak_bytes), percent(p.overhead)});
+  }
+  out << "\nmanual policies as measured (unchecked: " << format_bytes(c.unchecked.measured.activation_peak_bytes)
+      << ", " << fixed(c.unchecked.measured.step_seconds, 3) << " s):\n";
+  all.print(out);
+}
+
+void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetResult>& results, double none_seconds,
+                         nlohmann::json& json_results, std::ostream& out) {
+  // One model, one batch; every plan measured in interleaved rounds.
+  const SampleModel sample = make_sample_model(flags.model.options);
+  std::vector<PlanResult> optimal;
+  for (const auto& r : results) optimal.push_back(r.optimal);
+  std::vector<NamedPlan> policies;
+  for (const auto& o : results.front().others) {
+    if (o.planner == PlannerKind::policy) policies.push_back({o.name, o.plan});
+  }
+  const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers, "block"));
+  const MeasuredComparison c = compare_measured(unchecked, optimal, policies, [&](const std::vector<Plan>& plans) {
+    out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
+    return train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
+  });
+  print_budget_measurements(c, results, none_seconds, json_results, out);
+  print_manual_measurements(c, out);
+}
+
 void run_budget_plan(PlanFlags& flags) {
   const auto& options = flags.model.options;
   options.model.validate();
   const std::vector<std::string> budgets = budget_list(flags.budgets);
   REMAT_CHECK(!budgets.empty(), "--budget: give at least one budget, as in --budget 50% or --budget 200MiB.");
   std::ostream& out = human_output(flags.json);
-  ModelCosts costs;
-  if (!flags.profile_file.empty()) {
-    costs = load_profile_for(flags.profile_file, options);
-  } else {
-    out << "profiling the GPT (" << options.model.describe() << ", batch " << options.batch << ")...\n";
-    costs = profile_model(options, flags.repeats);
-  }
-  const int64_t unchecked = costs.unchecked_peak_bytes();
-  models::GptChainShape block_chain(options.model.layers, "block");
-  const double none_seconds = costs.unchecked().step_seconds;
-  out << "unchecked activation peak (predicted): " << format_bytes(unchecked) << ", step " << fixed(none_seconds, 3)
-      << " s\n";
+  const ModelCosts costs = load_or_profile(flags, out);
+  const UncheckedPrediction unchecked{costs.unchecked_peak_bytes(), costs.unchecked().step_seconds};
+  out << "unchecked activation peak (predicted): " << format_bytes(unchecked.peak_bytes) << ", step "
+      << fixed(unchecked.step_seconds, 3) << " s\n";
 
-  struct BudgetResult {
-    std::string text;
-    int64_t bytes;
-    BudgetPlan optimal;
-    std::vector<PlanCandidate> others;
-    int64_t least;
-    double solve_seconds;
-  };
-  std::vector<BudgetResult> results;
-  for (const auto& text : budgets) {
-    BudgetResult r{text, 0, {}, {}, -1, 0};
-    const auto start = std::chrono::steady_clock::now();
-    r.optimal = models::gpt_plan_for_budget(costs, text, flags.slots, options.checkpoint_mode);
-    r.bytes = r.optimal.budget_bytes;
-    r.least = r.optimal.min_feasible_budget_bytes;
-    r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.others = models::gpt_compare_planners(costs, r.bytes, flags.slots);
-    results.push_back(std::move(r));
-  }
-
+  const std::vector<BudgetResult> results = plan_budgets(costs, budgets, flags);
   nlohmann::json json_results = nlohmann::json::array();
-  for (const auto& r : results) {
-    out << "\nbudget " << r.text << " = " << format_bytes(r.bytes) << " (least feasible " << format_bytes(r.least)
-        << "; planned in " << fixed(r.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
-        << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
-        << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
-        << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << "\n";
-    Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
-    table.add_row({"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes",
-                   percent(r.optimal.prediction.step_seconds / none_seconds - 1)});
-    nlohmann::json policies = nlohmann::json::array();
-    for (const auto& o : r.others) {
-      const bool has_plan = !o.plan.stage_names.empty();
-      table.add_row({o.name, has_plan ? format_bytes(o.prediction.peak_bytes) : "-", o.feasible ? "yes" : "no",
-                     has_plan ? percent(o.prediction.step_seconds / none_seconds - 1) : "-"});
-      policies.push_back({{"name", o.name}, {"fits", o.feasible},
-                          {"predicted_peak_bytes", has_plan ? nlohmann::json(o.prediction.peak_bytes) : nlohmann::json()},
-                          {"predicted_overhead", has_plan ? nlohmann::json(o.prediction.step_seconds / none_seconds - 1)
-                                                          : nlohmann::json()}});
-    }
-    table.print(out);
-    json_results.push_back({{"budget", r.text}, {"budget_bytes", r.bytes}, {"plan", r.optimal.plan.to_string()},
-                            {"plan_json", nlohmann::json::parse(r.optimal.plan.to_json())},
-                            {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
-                            {"predicted_step_seconds", r.optimal.prediction.step_seconds},
-                            {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
-                            {"min_feasible_budget_bytes", r.least}, {"unchecked_peak_bytes", unchecked},
-                            {"solve_seconds", r.solve_seconds}, {"policies", policies}});
-  }
-
-  if (flags.measure) {
-    // One model, one batch; every plan measured in interleaved rounds.
-    const SampleModel sample = make_sample_model(options);
-    std::vector<Plan> plans = {Plan::plain(block_chain)};
-    std::map<std::string, size_t> index;  // by compact form: a plan measured once
-    index[plans[0].to_string()] = 0;
-    auto add = [&](const Plan& p) {
-      const auto key = p.granularity + " " + p.to_string();
-      if (index.count(key) == 0) {
-        index[key] = plans.size();
-        plans.push_back(p);
-      }
-      return index[key];
-    };
-    std::vector<size_t> optimal_index;
-    std::vector<std::pair<std::string, size_t>> manual;
-    std::vector<size_t> manual_index;
-    for (const auto& r : results) optimal_index.push_back(add(r.optimal.plan));
-    for (const auto& o : results.front().others) {
-      if (o.name == "revolve" || o.name == "chen") continue;
-      manual.emplace_back(o.name, add(o.plan));
-      manual_index.push_back(manual.back().second);
-    }
-    out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
-    const auto measured = train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
-    const double none_measured = measured[0].step_seconds;
-    auto overhead = [&](size_t i) { return paired_time_ratio(measured[i], measured[0]) - 1; };  // per round
-    Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
-                 "best manual fitting", "its measured overhead", "optimal <= best"});
-    for (size_t b = 0; b < results.size(); ++b) {
-      const auto& r = results[b];
-      const auto& m = measured[optimal_index[b]];
-      const std::optional<size_t> best = fastest_fitting(measured, manual_index, r.bytes, 0);
-      std::string best_name = "(none fits)";
-      for (const auto& [name, i] : manual) {
-        if (best && i == *best) best_name = name;
-      }
-      const double error = static_cast<double>(r.optimal.prediction.peak_bytes - m.activation_peak_bytes) /
-                           static_cast<double>(m.activation_peak_bytes);
-      table.add_row({r.text + " (" + format_bytes(r.bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
-                     format_bytes(m.activation_peak_bytes) + (m.activation_peak_bytes <= r.bytes ? "" : " OVER"),
-                     percent(error), percent(r.optimal.prediction.step_seconds / none_seconds - 1),
-                     percent(overhead(optimal_index[b])), best_name, best ? percent(overhead(*best)) : "-",
-                     !best || paired_time_ratio(m, measured[*best]) <= 1 ? "yes" : "no"});
-      json_results[b]["measured_peak_bytes"] = m.activation_peak_bytes;
-      json_results[b]["measured_overhead"] = overhead(optimal_index[b]);
-      json_results[b]["best_manual"] = best_name;
-      json_results[b]["best_manual_measured_overhead"] = best ? nlohmann::json(overhead(*best)) : nlohmann::json();
-    }
-    table.print(out);
-    Table all({"plan", "measured peak", "measured overhead"});
-    for (const auto& [name, i] : manual) {
-      all.add_row({name, format_bytes(measured[i].activation_peak_bytes), percent(overhead(i))});
-    }
-    out << "\nmanual policies as measured (unchecked: " << format_bytes(measured[0].activation_peak_bytes) << ", "
-        << fixed(none_measured, 3) << " s):\n";
-    all.print(out);
-  }
+  for (const auto& r : results) json_results.push_back(print_budget_result(r, unchecked, out));
+  if (flags.measure) measure_and_compare(flags, results, unchecked.step_seconds, json_results, out);
 
   if (!flags.save_file.empty()) {
     REMAT_CHECK(results.size() == 1, "--save-plan writes one plan: give one budget.");

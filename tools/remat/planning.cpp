@@ -4,10 +4,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "remat/budget_planner.h"
-#include "remat/cpu_threads.h"
+#include "remat/budget.h"
+#include "remat/internal/process.h"
 #include "remat/error.h"
-#include "remat/files.h"
+#include "remat/internal/files.h"
 #include "remat/models/estimator.h"
 #include "remat/train/corpus.h"
 
@@ -60,7 +60,7 @@ std::vector<std::string> budget_list(const std::vector<std::string>& given) {
   std::vector<std::string> budgets;
   for (const auto& part : given) {
     if (part.empty()) continue;
-    Budget{part};  // its form: a clear error for "12parsecs"
+    Budget::parse(part);  // its form: a clear error for "12parsecs"
     REMAT_CHECK(std::find(budgets.begin(), budgets.end(), part) == budgets.end(), "--budget lists '", part, "' twice.");
     budgets.push_back(part);
   }

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "remat/files.h"
+#include "remat/internal/files.h"
 #include "table.h"
 #include "remat/error.h"
 
@@ -75,7 +75,7 @@ struct LabelSpot {
 };
 
 std::vector<LabelSpot> place_labels(const std::vector<ParetoPoint>& points, double x_range, double y_range) {
-  // The plot area of a 1200x760 canvas is roughly 1080x620 pixels.
+  // The plot area of the 1200x880 canvas, between the margins, is roughly 1080x620 pixels.
   const double px_x = 1080.0 / x_range, px_y = 620.0 / y_range, char_px = 6.0, half_height = 7.0, point_px = 9.0;
   struct Box {
     double left, right, bottom, top;  // pixels
@@ -158,18 +158,21 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
   const double y_min = std::max(0.0, min_s - 0.08 * (max_s - min_s + 1e-9)), y_max = max_s + 0.12 * (max_s - min_s + 1e-9);
   std::ostringstream gp;
   gp << "# Activation peak vs step time of every strategy; render with: gnuplot pareto.gp\n"
-     << terminal_loop_begin("pareto", 1200, 760)
+     << terminal_loop_begin("pareto", 1200, 880)
      << "  set title " << quoted(title) << "\n"
      << "  set xlabel \"activation peak (MiB): bytes held above the parameters, gradients and batch\"\n"
      << "  set ylabel \"step time: forward + backward, median (s)\"\n"
-     << "  set grid\n  set key bottom left box opaque\n"  // nothing is both small and fast: that corner is empty
+     // The key below the plot and the budgets' labels above it, outside the data: a point in any
+     // corner (a frontier point is often small and fast) is never hidden. The canvas is taller by
+     // the margins they take.
+     << "  set grid\n  set key outside below center horizontal box\n  set bmargin 7\n  set tmargin 5\n"
      << "  set xrange [0:" << x_max << "]\n  set yrange [" << y_min << ":" << y_max << "]\n"
      << "  unset arrow\n  unset label\n";
   int marker = 0;
   for (const auto& b : budgets) {
     gp << "  set arrow " << ++marker << " from " << b.mib << ", graph 0 to " << b.mib
        << ", graph 1 nohead dashtype 2 linecolor rgb \"#999999\"\n"
-       << "  set label " << marker << " " << quoted(b.label) << " at " << b.mib << ", graph 0.98 right rotate by 90 offset -0.7,0"
+       << "  set label " << marker << " " << quoted(b.label) << " at " << b.mib << ", graph 1 center offset 0,0.7"
        << " textcolor rgb \"#777777\"\n";
   }
   const auto spots = place_labels(points, x_max, y_max - y_min);

@@ -41,7 +41,7 @@ std::vector<std::string> runnable_policies(const StrategyFlags& flags, int64_t l
   std::vector<std::string> out;
   for (const auto& policy : flags.policies) {
     try {
-      models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
+      models::gpt_policy_plan(policy, layers);
     } catch (const c10::Error&) {
       if (flags.default_policies) continue;
       throw;
@@ -63,11 +63,10 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
     for (const auto& policy : policies) {
       Strategy s;
       s.name = policy + suffix;
-      s.plan = models::gpt_policy_plan(policy, models::GptChainShape(layers, models::gpt_policy_granularity(policy)));
+      s.plan = models::gpt_choose_plan(PlanRequest::of_policy(policy).mode(mode), layers).plan;
       if (s.plan.recompute_depths() == std::vector<int64_t>(s.plan.stage_names.size(), 0) && mode != modes.front()) {
         continue;  // no checkpoint: the same run in every mode
       }
-      s.plan.mode = mode;
       if (costs != nullptr) s.prediction = costs->predict(s.plan);
       strategies.push_back(std::move(s));
     }
@@ -77,7 +76,8 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
       s.name = "optimal " + text + suffix;
       s.planner = true;
       s.budget_text = text;
-      const BudgetPlan choice = models::gpt_plan_for_budget(*costs, text, slots, mode);
+      const PlanRequest request = PlanRequest::of_budget(Budget::parse(text)).mode(mode).memory_slots(slots);
+      const PlanResult choice = *models::gpt_choose_plan(request, layers, [costs] { return *costs; }).planned;
       s.budget_bytes = choice.budget_bytes;
       s.plan = choice.plan;
       s.prediction = choice.prediction;

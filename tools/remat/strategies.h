@@ -21,7 +21,7 @@ struct StrategyFlags {
   std::vector<std::string> budgets;
   std::string profile_file;
   int repeats = 3;
-  int64_t slots = 1000;
+  int64_t slots = kDefaultMemorySlots;
   std::string out_dir;
   bool no_plots = false;
   bool json = false;

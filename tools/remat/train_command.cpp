@@ -14,8 +14,9 @@
 #include "remat/distributed.h"
 #include "remat/error.h"
 #include "remat/memory.h"
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 #include "remat/train/trainer.h"
+#include "remat/train/config_json.h"
 #include "table.h"
 
 namespace remat::cli {
@@ -67,7 +68,8 @@ std::string printable(const std::string& text) {
   return out;
 }
 
-void run_train(TrainFlags& flags) {
+// Checked before any rank starts, so that a bad flag fails once rather than once per rank.
+void apply_train_flags(TrainFlags& flags) {
   flags.model.apply_preset();
   flags.model.refuse_together("--policy", "--budget");
   flags.model.refuse_together("--policy", "--plan");
@@ -77,30 +79,32 @@ void run_train(TrainFlags& flags) {
               flags.budgets.size(), " (`remat plan --budget` compares several).");
   if (!flags.budgets.empty()) options.budget = flags.budgets.front();
   REMAT_CHECK(flags.bucket_mib > 0, "--bucket-mib must be positive, got ", flags.bucket_mib, ".");
-  if (flags.nproc > 1 && !distributed::launched_by_environment()) {
-    // This process launches the ranks (each this same command line) and waits for them.
-    std::vector<std::string> argv = {"/proc/self/exe"};
-    for (const auto& a : invocation_arguments()) argv.push_back(a);
-    const int status = distributed::launch_local(flags.nproc, argv, std::chrono::seconds(flags.dist_timeout + 10));
-    REMAT_CHECK(status == 0, "--nproc ", flags.nproc, ": a rank failed with exit status ", status,
-                " (its error is above); the others were stopped.");
-    return;
-  }
-  if (distributed::launched_by_environment()) {
-    distributed::JoinOptions join;
-    join.timeout = std::chrono::seconds(flags.dist_timeout);
-    options.process_group = distributed::ProcessGroup::join(join);
-    options.synchronizer = distributed::SynchronizerOptions()
-                               .bucket_bytes(static_cast<int64_t>(flags.bucket_mib * 1024 * 1024))
-                               .overlap(!flags.no_overlap);
-  }
-  const int rank = options.process_group ? options.process_group->rank() : 0;
-  const int ranks = options.process_group ? options.process_group->world_size() : 1;
-  std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
-  std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
-  if (!options.budget.empty()) out << "profiling for --budget " << options.budget << "...\n";
-  // With a budget, the trainer profiles its model and plans; every input is checked first.
-  train::Trainer trainer(options);
+}
+
+// Returns true when this process was the launcher rather than a rank: then the run is over.
+bool launch_local_ranks(const TrainFlags& flags) {
+  if (flags.nproc <= 1 || distributed::launched_by_environment()) return false;
+  // This process launches the ranks (each this same command line) and waits for them.
+  std::vector<std::string> argv = {"/proc/self/exe"};
+  for (const auto& a : invocation_arguments()) argv.push_back(a);
+  const int status = distributed::launch_local(flags.nproc, argv, std::chrono::seconds(flags.dist_timeout + 10));
+  REMAT_CHECK(status == 0, "--nproc ", flags.nproc, ": a rank failed with exit status ", status,
+              " (its error is above); the others were stopped.");
+  return true;
+}
+
+void join_process_group(TrainFlags& flags) {
+  if (!distributed::launched_by_environment()) return;
+  auto& options = flags.model.options;
+  distributed::JoinOptions join;
+  join.timeout(std::chrono::seconds(flags.dist_timeout));
+  options.process_group = distributed::ProcessGroup::join(join);
+  options.synchronizer = distributed::SynchronizerOptions()
+                             .bucket_bytes(static_cast<int64_t>(flags.bucket_mib * 1024 * 1024))
+                             .overlap(!flags.no_overlap);
+}
+
+void print_run_header(const TrainFlags& flags, const train::Trainer& trainer, int ranks, std::ostream& out) {
   const auto& o = trainer.options();
   if (ranks > 1) {
     out << "data-parallel: " << ranks << " ranks (c10d Gloo), batch " << o.batch << " per rank = " << o.batch * ranks
@@ -115,90 +119,144 @@ void run_train(TrainFlags& flags) {
       << "  corpus: " << trainer.corpus().source() << ", " << trainer.corpus().bytes().size() << " bytes\n"
       << "  plan (" << trainer.plan_source() << "): " << trainer.plan().to_string() << "\n";
   if (trainer.global_step() > 0) out << "  resumed at step " << trainer.global_step() << "\n";
-  nlohmann::json verification;
-  if (flags.verify) {
-    const PlanVerification v = trainer.verify();
-    out << "  verify: " << v.to_string();
-    verification = {{"bitwise_equal", v.bitwise_equal()}, {"max_gradient_difference", v.max_gradient_difference()},
-                    {"max_buffer_difference", v.max_buffer_difference()},
-                    {"output_difference", v.output_max_abs_difference}};
-  }
+}
 
+nlohmann::json verify_before_training(train::Trainer& trainer, std::ostream& out) {
+  const PlanVerification v = trainer.verify();
+  out << "  verify: " << v.to_string();
+  return {{"bitwise_equal", v.bitwise_equal()}, {"max_gradient_difference", v.max_gradient_difference()},
+          {"max_buffer_difference", v.max_buffer_difference()}, {"output_difference", v.output_max_abs_difference}};
+}
+
+std::vector<train::StepRecord> train_steps(train::Trainer& trainer, int rank) {
+  const auto& o = trainer.options();
   std::vector<train::StepRecord> records;
-  {
-    Progress progress("step", rank == 0 ? o.steps : 0);
-    for (int64_t i = 0; i < o.steps; ++i) {
-      records.push_back(trainer.step());
-      const auto& r = records.back();
-      if (rank == 0) progress.update(i + 1, "global step " + std::to_string(r.step) + ", loss " + fixed(r.loss, 4) + ", " +
-                                 fixed(static_cast<double>(r.tokens) / r.seconds, 0) + " tok/s, activation peak " +
-                                 format_bytes(r.activation_peak_bytes) +
-                                 (o.save_every > 0 && r.step % o.save_every == 0 ? ", saved" : ""));
-    }
+  Progress progress("step", rank == 0 ? o.steps : 0);
+  for (int64_t i = 0; i < o.steps; ++i) {
+    records.push_back(trainer.step());
+    const auto& r = records.back();
+    if (rank != 0) continue;
+    progress.update(i + 1, "global step " + std::to_string(r.step) + ", loss " + fixed(r.loss, 4) + ", " +
+                           fixed(static_cast<double>(r.tokens) / r.seconds, 0) + " tok/s, activation peak " +
+                           format_bytes(r.activation_peak_bytes) +
+                           (o.save_every > 0 && r.step % o.save_every == 0 ? ", saved" : ""));
   }
-  if (!o.save_dir.empty()) {
-    trainer.save();  // the last step, unless a periodic save just wrote it
-    out << "saved step " << trainer.global_step() << " to " << o.save_dir
-        << (o.keep_last > 1 ? " (keeping the newest " + std::to_string(o.keep_last) + " states)" : "") << "\n";
-  }
+  return records;
+}
 
-  // Step 1 pays one-time allocations (gradients, optimiser state): figures start at step 2.
+void save_final_state(const train::Trainer& trainer, std::ostream& out) {
+  const auto& o = trainer.options();
+  if (o.save_dir.empty()) return;
+  trainer.save();  // the last step, unless a periodic save just wrote it
+  out << "saved step " << trainer.global_step() << " to " << o.save_dir
+      << (o.keep_last > 1 ? " (keeping the newest " + std::to_string(o.keep_last) + " states)" : "") << "\n";
+}
+
+// Step 1 pays one-time allocations (gradients, optimiser state): figures start at step 2.
+struct StepFigures {
   std::vector<double> seconds;
   int64_t peak = 0;
-  for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) {
-    seconds.push_back(records[i].seconds);
-    peak = std::max(peak, records[i].activation_peak_bytes);
-  }
-  nlohmann::json report = {{"policy", trainer.plan_source()}, {"plan", trainer.plan().to_string()},
-                           {"steps", records.size()}, {"activation_peak_bytes", peak},
-                           {"step_seconds_median", median(seconds)}};
   double total_seconds = 0, communication_seconds = 0;
   int64_t total_tokens = 0;
+  double tokens_per_second = 0;  ///< over all ranks
+};
+
+StepFigures step_figures(const std::vector<train::StepRecord>& records) {
+  StepFigures f;
   for (size_t i = records.size() > 1 ? 1 : 0; i < records.size(); ++i) {
-    total_seconds += records[i].seconds;
-    communication_seconds += records[i].communication_seconds;
-    total_tokens += records[i].tokens;
+    f.seconds.push_back(records[i].seconds);
+    f.peak = std::max(f.peak, records[i].activation_peak_bytes);
+    f.total_seconds += records[i].seconds;
+    f.communication_seconds += records[i].communication_seconds;
+    f.total_tokens += records[i].tokens;
   }
-  const double tokens_per_second = total_seconds > 0 ? static_cast<double>(total_tokens) / total_seconds : 0;
+  f.tokens_per_second = f.total_seconds > 0 ? static_cast<double>(f.total_tokens) / f.total_seconds : 0;
+  return f;
+}
+
+nlohmann::json train_report(const train::Trainer& trainer, const std::vector<train::StepRecord>& records,
+                            const StepFigures& f, int ranks) {
+  const auto& o = trainer.options();
+  nlohmann::json report = {{"policy", trainer.plan_source()}, {"plan", trainer.plan().to_string()},
+                           {"steps", records.size()}, {"activation_peak_bytes", f.peak},
+                           {"step_seconds_median", median(f.seconds)}};
   report["ranks"] = ranks;
-  report["tokens_per_second"] = tokens_per_second;  // over all ranks
-  report["communication_fraction"] = total_seconds > 0 ? communication_seconds / total_seconds : 0;
+  report["tokens_per_second"] = f.tokens_per_second;  // over all ranks
+  report["communication_fraction"] = f.total_seconds > 0 ? f.communication_seconds / f.total_seconds : 0;
   std::vector<double> losses;
   for (const auto& r : records) losses.push_back(r.loss);
   report["losses"] = losses;
-  if (flags.verify) report["verify"] = verification;
   report["final_loss"] = records.empty() ? nlohmann::json() : nlohmann::json(records.back().loss);
-  report["config"] = {{"layers", o.model.layers}, {"hidden", o.model.hidden}, {"heads", o.model.heads},
-                      {"seq", o.model.sequence}, {"batch", o.batch}, {"dropout", o.model.dropout}};
+  report["config"] = train::gpt_config_json(o.model);
+  report["config"]["batch"] = o.batch;
+  return report;
+}
 
-  if (ranks > 1 && total_seconds > 0) {
-    out << "\n" << ranks << " ranks: " << fixed(tokens_per_second, 0) << " tok/s over all ranks; waiting for "
-        << "gradients " << fixed(100 * communication_seconds / total_seconds, 1) << "% of step time (from step 2)\n";
+void print_throughput_and_loss(const std::vector<train::StepRecord>& records, const StepFigures& f, int ranks,
+                               std::ostream& out) {
+  if (ranks > 1 && f.total_seconds > 0) {
+    out << "\n" << ranks << " ranks: " << fixed(f.tokens_per_second, 0) << " tok/s over all ranks; waiting for "
+        << "gradients " << fixed(100 * f.communication_seconds / f.total_seconds, 1)
+        << "% of step time (from step 2)\n";
   }
   if (!records.empty()) {
     out << "\nloss " << fixed(records.front().loss, 4) << " at step " << records.front().step << " -> "
         << fixed(records.back().loss, 4) << " at step " << records.back().step << "\n";
   }
+}
+
+Table plan_table(const train::Trainer& trainer, const StepFigures& f) {
   Table table({"plan", "activation peak", "step s (median)"});
-  table.add_row({trainer.plan_source(), format_bytes(peak), fixed(median(seconds), 3)});
-  if (flags.compare && rank == 0) {
-    const auto c = trainer.compare(flags.measure_steps);
-    table = Table({"plan", "activation peak", "step s (median)", "memory saved", "time vs none"});
-    const double saved = 1.0 - static_cast<double>(c.plan_activation_peak_bytes) / c.none_activation_peak_bytes;
-    table.add_row({trainer.plan_source(), format_bytes(c.plan_activation_peak_bytes), fixed(c.plan_step_seconds, 3),
-                   fixed(100 * saved, 1) + "%", fixed(c.step_time_ratio, 2) + "x"});
-    table.add_row({"none", format_bytes(c.none_activation_peak_bytes), fixed(c.none_step_seconds, 3), "0.0%", "1.00x"});
-    report["compare"] = {{"plan_activation_peak_bytes", c.plan_activation_peak_bytes},
-                         {"none_activation_peak_bytes", c.none_activation_peak_bytes},
-                         {"plan_step_seconds_median", c.plan_step_seconds},
-                         {"none_step_seconds_median", c.none_step_seconds},
-                         {"memory_saved_fraction", saved},
-                         {"step_time_ratio", c.step_time_ratio}};
-    out << "compare: " << flags.measure_steps << " interleaved measured steps each on one batch, no update\n";
-  }
+  table.add_row({trainer.plan_source(), format_bytes(f.peak), fixed(median(f.seconds), 3)});
+  return table;
+}
+
+// Training steps differ in batch and update, so the ratios come from both runs measured on one batch.
+Table compare_with_unchecked(int measure_steps, train::Trainer& trainer, nlohmann::json& report, std::ostream& out) {
+  const auto c = trainer.compare(measure_steps);
+  Table table({"plan", "activation peak", "step s (median)", "memory saved", "time vs none"});
+  const double saved = 1.0 - static_cast<double>(c.plan_activation_peak_bytes) / c.none_activation_peak_bytes;
+  table.add_row({trainer.plan_source(), format_bytes(c.plan_activation_peak_bytes), fixed(c.plan_step_seconds, 3),
+                 fixed(100 * saved, 1) + "%", fixed(c.step_time_ratio, 2) + "x"});
+  table.add_row({"none", format_bytes(c.none_activation_peak_bytes), fixed(c.none_step_seconds, 3), "0.0%", "1.00x"});
+  report["compare"] = {{"plan_activation_peak_bytes", c.plan_activation_peak_bytes},
+                       {"none_activation_peak_bytes", c.none_activation_peak_bytes},
+                       {"plan_step_seconds_median", c.plan_step_seconds},
+                       {"none_step_seconds_median", c.none_step_seconds},
+                       {"memory_saved_fraction", saved},
+                       {"step_time_ratio", c.step_time_ratio}};
+  out << "compare: " << measure_steps << " interleaved measured steps each on one batch, no update\n";
+  return table;
+}
+
+void run_train(TrainFlags& flags) {
+  apply_train_flags(flags);
+  if (launch_local_ranks(flags)) return;
+  join_process_group(flags);
+  const auto& options = flags.model.options;
+  const int rank = options.process_group ? options.process_group->rank() : 0;
+  const int ranks = options.process_group ? options.process_group->world_size() : 1;
+  std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
+  std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
+  if (!options.budget.empty()) out << "profiling for --budget " << options.budget << "...\n";
+  // With a budget, the trainer profiles its model and plans; every input is checked first.
+  train::Trainer trainer(options);
+  print_run_header(flags, trainer, ranks, out);
+  nlohmann::json verification;
+  if (flags.verify) verification = verify_before_training(trainer, out);
+
+  const std::vector<train::StepRecord> records = train_steps(trainer, rank);
+  save_final_state(trainer, out);
+  const StepFigures figures = step_figures(records);
+  nlohmann::json report = train_report(trainer, records, figures, ranks);
+  if (flags.verify) report["verify"] = verification;
+
+  print_throughput_and_loss(records, figures, ranks, out);
+  Table table = flags.compare && rank == 0 ? compare_with_unchecked(flags.measure_steps, trainer, report, out)
+                                           : plan_table(trainer, figures);
   table.print(out);
   if (flags.sample_bytes > 0 && rank == 0) {
-    const std::string text = trainer.sample("The ", flags.sample_bytes, o.seed);
+    const std::string text = trainer.sample("The ", flags.sample_bytes, trainer.options().seed);
     report["sample"] = text;
     out << "\nsample:\n" << printable(text) << "\n";
   }

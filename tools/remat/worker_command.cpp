@@ -23,7 +23,7 @@
 #include "planning.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/error.h"
-#include "remat/files.h"
+#include "remat/internal/files.h"
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
 #include "remat/models/gpt.h"
@@ -89,23 +89,24 @@ class StepServer {
   }
 
  private:
+  // The request's plan on the chain of its granularity, chosen as every subcommand chooses one.
+  std::pair<models::GptChain*, Plan> chosen(const PlanRequest& request) {
+    models::GptChain& chain = models::gpt_request_granularity(request) == "half" ? half_chain_ : block_chain_;
+    Plan plan = models::gpt_choose_plan(request, chain.model()->config().layers).plan;
+    plan.bind_to(chain);
+    return {&chain, std::move(plan)};
+  }
+
   std::pair<models::GptChain*, Plan> policy_plan(const nlohmann::json& policy_json) {
     REMAT_CHECK(policy_json.is_string(), "\"policy\" must be a policy name (remat policies lists them), got ",
                 policy_json.dump(), ".");
-    const std::string policy = policy_json.get<std::string>();
-    models::GptChain& chain = models::gpt_policy_granularity(policy) == "half" ? half_chain_ : block_chain_;
-    return {&chain, models::gpt_policy_plan(policy, chain)};
+    return chosen(PlanRequest::of_policy(policy_json.get<std::string>()));
   }
 
   std::pair<models::GptChain*, Plan> requested_plan(const nlohmann::json& plan_json) {
     REMAT_CHECK(plan_json.is_object(), "\"plan\" must be a plan as a JSON object (remat plan --json's \"plan_json\"), ",
                 "got ", plan_json.dump().substr(0, 80), ".");
-    Plan plan = Plan::from_json(plan_json.dump(), "the request's plan");
-    REMAT_CHECK(plan.granularity == "half" || plan.granularity == "block", "the request's plan is for granularity '",
-                plan.granularity, "'; this GPT's chains are 'block' and 'half'.");
-    models::GptChain& chain = plan.granularity == "half" ? half_chain_ : block_chain_;
-    plan.bind_to(chain);
-    return {&chain, std::move(plan)};
+    return chosen(PlanRequest::of_plan(Plan::from_json(plan_json.dump(), "the request's plan"), "the request's plan"));
   }
 
   SampleModel sample_;
