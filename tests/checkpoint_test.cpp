@@ -651,3 +651,9 @@ TEST(NonReentrantCheckpoint, ParameterHooksFireInThePlainOrder) {
   EXPECT_EQ(plain, (std::vector<std::string>{"c", "b", "a"}));
   EXPECT_EQ(order(2), plain);
 }
+
+TEST(CheckpointOptions, UseReentrantIsPyTorchsNameForTheMode) {
+  EXPECT_EQ(remat::CheckpointOptions().use_reentrant(false).mode(), remat::CheckpointMode::non_reentrant);
+  EXPECT_EQ(remat::CheckpointOptions().use_reentrant(true).mode(), remat::CheckpointMode::reentrant);
+  EXPECT_EQ(remat::CheckpointOptions().reentrant(false).mode(), remat::CheckpointMode::non_reentrant);  // old spelling
+}

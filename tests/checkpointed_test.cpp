@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include "remat/checkpointed.h"
+#include "remat/policies.h"
+#include "remat/sequential_chain.h"
 #include "support/compare.h"
 #include "remat/models/layer_stack.h"
 
@@ -176,4 +178,27 @@ TEST_P(CheckpointSequential, RejectsSegmentCountsOutsideOneToN) {
   torch::nn::Sequential empty;
   EXPECT_NE(error_of([&] { remat::checkpoint_sequential(empty, 1, x); }).find("number of modules (0)"),
             std::string::npos);
+}
+
+// One segment rule: checkpoint_sequential and the `segments:K` policy cut the same ranges.
+TEST(CheckpointSequential, TheSegmentsPolicyCutsWhereCheckpointSequentialDoes) {
+  for (int64_t n = 1; n <= 9; ++n) {
+    torch::nn::Sequential net;
+    for (int64_t i = 0; i < n; ++i) net->push_back(torch::nn::Linear(2, 2));
+    remat::SequentialChain chain(net);
+    for (int64_t k = 1; k <= n; ++k) {
+      const remat::Plan plan = remat::policy_plan("segments:" + std::to_string(k), chain);
+      std::vector<std::pair<int64_t, int64_t>> cut;
+      for (const auto& item : plan.items) {
+        if (item.is_stage()) continue;
+        const auto range = remat::stage_range(item.segment);
+        cut.emplace_back(range.first, range.second + 1);
+      }
+      const auto rule = remat::checkpoint_sequential_segments(n, k);
+      EXPECT_EQ(cut, rule) << "n = " << n << ", segments = " << k;
+      ASSERT_EQ(static_cast<int64_t>(rule.size()), n / k > 0 ? k - 1 : 0);
+      for (const auto& [begin, end] : rule) EXPECT_EQ(end - begin, n / k);  // PyTorch: ⌊n/k⌋ each
+    }
+  }
+  REMAT_EXPECT_ERROR(remat::checkpoint_sequential_segments(3, 4), "segments must be between 1 and the number");
 }

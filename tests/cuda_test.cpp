@@ -29,7 +29,7 @@
 #include "remat/plan_measurement.h"
 #include "remat/profiler.h"
 #include "remat/sequential_chain.h"
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 #include "remat/train/presets.h"
 #include "support/compare.h"
 #include "support/tiny_gpt.h"
@@ -545,7 +545,7 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
   // planned for half the predicted unchecked peak, run, and compared with its own prediction.
   remat::models::GptChain halves(model, "half");
   halves.set_targets(targets);
-  const remat::BudgetPlan planned = remat::plan_for_budget(halves, tokens, "50%");
+  const remat::PlanResult planned = remat::plan_for_budget(halves, tokens, "50%");
   const std::vector<remat::PlanMeasurement> dp =
       remat::measure_plans(halves, {remat::Plan::plain(halves), planned.plan}, tokens, 5);
   const double measured_overhead = remat::paired_time_ratio(dp[1], dp[0]) - 1.0;

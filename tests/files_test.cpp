@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "remat/files.h"
+#include "remat/internal/files.h"
 #include "support/compare.h"
 
 namespace fs = std::filesystem;

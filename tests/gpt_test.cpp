@@ -5,6 +5,7 @@
 
 #include "remat/memory.h"
 #include "remat/models/fused_ops.h"
+#include "remat/error.h"
 #include "remat/models/gpt.h"
 #include "remat/plan.h"
 #include "remat/plan_measurement.h"
@@ -64,6 +65,30 @@ TEST(Gpt, ConfigErrorsAreClear) {
     FAIL();
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("GptConfig::heads (5) must divide GptConfig::hidden (32)"), std::string::npos);
+  }
+}
+
+// The fields an error names are data: a program that took them from flags names the flags, with no
+// rewriting of the text (its wording can change freely).
+TEST(Gpt, ConfigErrorsNameTheirFieldsStructurally) {
+  GptConfig c = config();
+  c.heads = 5;
+  try {
+    c.validate();
+    FAIL();
+  } catch (const remat::FieldError& e) {
+    EXPECT_EQ(e.fields(), (std::vector<std::string>{"GptConfig::heads", "GptConfig::hidden"}));
+    const std::string renamed = e.message_naming([](const std::string& f) { return "<" + f.substr(11) + ">"; });
+    EXPECT_NE(renamed.find("remat: <heads> (5) must divide <hidden> (32)"), std::string::npos) << renamed;
+    EXPECT_EQ(std::string(e.what_without_backtrace()).find('\x1f'), std::string::npos) << "markers never show";
+  }
+  // Messages that name no field stay plain c10::Errors.
+  try {
+    REMAT_CHECK(false, "no field here");
+  } catch (const remat::FieldError&) {
+    ADD_FAILURE() << "a message without fields is no FieldError";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("remat: no field here"), std::string::npos);
   }
 }
 

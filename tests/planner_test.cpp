@@ -9,6 +9,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/error.h"
+#include "remat/plan_comparison.h"
+#include "remat/plan_request.h"
 #include "remat/planner.h"
 #include "support/compare.h"
 
@@ -137,7 +140,7 @@ TEST(Planner, DynamicProgramEqualsBruteForceOnRandomChainsForEveryBudget) {
     const CostTable costs = random_chain(rng, n, n <= 5 ? 2 : 1);
     const int64_t max_budget = 70;
     const auto expected = brute_force(costs, max_budget);
-    const remat::OptimalPlanner planner(costs, template_for(costs), /*memory_slots=*/max_budget, max_budget);
+    const remat::OptimalPlanner planner(costs, remat::PlannerOptions().memory_slots(max_budget), max_budget);
     ASSERT_EQ(planner.unit_bytes(), 1);
     double previous = kInf;
     for (int64_t m = 0; m <= max_budget; ++m) {
@@ -163,7 +166,7 @@ TEST(Planner, NonReentrantPlansHoldNoParameterGradientsAndTheProgramStillEqualsB
     const CostTable costs = random_chain(rng, n, 2);
     const int64_t max_budget = 70;
     const auto expected = brute_force(costs, max_budget, non_reentrant);
-    const remat::OptimalPlanner planner(costs, template_for(costs, non_reentrant), max_budget, max_budget);
+    const remat::OptimalPlanner planner(costs, remat::PlannerOptions().mode(non_reentrant).memory_slots(max_budget), max_budget);
     for (int64_t m = 0; m <= max_budget; ++m) {
       ASSERT_EQ(planner.least_seconds(m), expected[m]) << "trial " << trial << ", budget " << m;
       const auto result = planner.plan(m);
@@ -187,19 +190,19 @@ TEST(Planner, DynamicProgramEqualsBruteForceOnEightStages) {
   std::mt19937 rng(7);
   const CostTable costs = random_chain(rng, 8, 1);
   const auto expected = brute_force(costs, 60);
-  const remat::OptimalPlanner planner(costs, template_for(costs), 60, 60);
+  const remat::OptimalPlanner planner(costs, remat::PlannerOptions().memory_slots(60), 60);
   for (int64_t m = 0; m <= 60; ++m) ASSERT_EQ(planner.least_seconds(m), expected[m]) << "budget " << m;
 }
 
 TEST(Planner, InfeasibleBudgetReportsTheLeastFeasibleOne) {
   std::mt19937 rng(3);
   const CostTable costs = random_chain(rng, 6, 2);
-  const remat::OptimalPlanner planner(costs, template_for(costs), 100, 100);
-  const int64_t least = planner.min_feasible_budget_bytes();
+  const remat::OptimalPlanner planner(costs, remat::PlannerOptions().memory_slots(100), 100);
+  const int64_t least = planner.least_feasible_budget_bytes();
   ASSERT_GT(least, 0);
   EXPECT_FALSE(planner.plan(least - 1).feasible);
   EXPECT_TRUE(planner.plan(least).feasible);
-  EXPECT_EQ(planner.plan(least - 1).min_feasible_budget_bytes, least);
+  EXPECT_EQ(planner.plan(least - 1).least_feasible_budget_bytes, least);
 }
 
 TEST(Planner, ReducesToRevolvesBinomialCountOnAUniformChain) {
@@ -222,7 +225,7 @@ TEST(Planner, ReducesToRevolvesBinomialCountOnAUniformChain) {
     }
     for (int64_t c = 1; c <= 4; ++c) {
       const int64_t memory = K + 1 + c;
-      const remat::OptimalPlanner planner(t, template_for(t), memory, memory);
+      const remat::OptimalPlanner planner(t, remat::PlannerOptions().memory_slots(memory), memory);
       int64_t r = 0;
       while (binomial(c + r, c) < l) ++r;
       const double revolve_extra = static_cast<double>(r * l - binomial(c + 1 + r - 1, c + 1));
@@ -232,24 +235,24 @@ TEST(Planner, ReducesToRevolvesBinomialCountOnAUniformChain) {
 }
 
 TEST(Planner, ParsesBudgets) {
-  EXPECT_EQ(remat::parse_budget("1024", 0), 1024);
-  EXPECT_EQ(remat::parse_budget("2KiB", 0), 2048);
-  EXPECT_EQ(remat::parse_budget("1.5MiB", 0), 1572864);
-  EXPECT_EQ(remat::parse_budget("1GiB", 0), int64_t{1} << 30);
-  EXPECT_EQ(remat::parse_budget("50%", 1000), 500);
+  EXPECT_EQ(remat::Budget::parse("1024").to_bytes(0), 1024);
+  EXPECT_EQ(remat::Budget::parse("2KiB").to_bytes(0), 2048);
+  EXPECT_EQ(remat::Budget::parse("1.5MiB").to_bytes(0), 1572864);
+  EXPECT_EQ(remat::Budget::parse("1GiB").to_bytes(0), int64_t{1} << 30);
+  EXPECT_EQ(remat::Budget::parse("50%").to_bytes(1000), 500);
   for (const std::string bad : {"", "MiB", "12 parsecs", "5TB", "-3%"}) {
     try {
-      remat::parse_budget(bad, 1000);
+      remat::Budget::parse(bad).to_bytes(1000);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const c10::Error& e) {
       EXPECT_NE(std::string(e.what_without_backtrace()).find("budget"), std::string::npos);
     }
   }
   // A 100,000-digit budget is refused without echoing it whole; 1e400 is out of range, not "not a number".
-  const std::string digits = remat::testing::error_of([] { remat::parse_budget(std::string(100000, '9'), 100); });
+  const std::string digits = remat::testing::error_of([] { remat::Budget::parse(std::string(100000, '9')).to_bytes(100); });
   EXPECT_NE(digits.find("is out of range"), std::string::npos) << digits.substr(0, 200);
   EXPECT_LT(digits.size(), 400u);
-  REMAT_EXPECT_ERROR(remat::parse_budget("1e400", 100), "budget '1e400' is out of range");
+  REMAT_EXPECT_ERROR(remat::Budget::parse("1e400").to_bytes(100), "budget '1e400' is out of range");
 }
 
 TEST(Simulator, ChargesOnlyASegmentsLastStageItsGraphOnlyCosts) {
@@ -308,11 +311,11 @@ TEST(CostTable, GraphOnlyCostsRoundTripAndOlderProfilesFallBackToThePlainOnes) {
 TEST(Planner, ALongChainPlansWithinBoundedMemoryWithShorterSegments) {
   std::mt19937 rng(11);
   const CostTable costs = random_chain(rng, 1000, 3);
-  const remat::OptimalPlanner planner(costs, template_for(costs));
+  const remat::OptimalPlanner planner(costs);
   // The full table would be 500,500 ranges × 1001 slots (6 GB, minutes); segments are shortened.
   EXPECT_LT(planner.max_segment_stages(), 1000);
   EXPECT_GE(planner.max_segment_stages(), 16);
-  const int64_t least = planner.min_feasible_budget_bytes();
+  const int64_t least = planner.least_feasible_budget_bytes();
   ASSERT_GT(least, 0);
   EXPECT_TRUE(planner.plan(least).feasible) << "the least-memory plan fits its own peak, whatever the rounding";
   Plan plain = template_for(costs);
@@ -339,9 +342,252 @@ TEST(Planner, ALongChainPlansWithinBoundedMemoryWithShorterSegments) {
 TEST(Planner, AChainTooLongForAnyTableIsAClearErrorAtOnce) {
   std::mt19937 rng(5);
   const CostTable costs = random_chain(rng, 100000, 1);
-  const std::string message = remat::testing::error_of([&] { remat::OptimalPlanner(costs, template_for(costs)); });
+  const std::string message = remat::testing::error_of([&] { remat::OptimalPlanner{costs}; });
   for (const char* fragment : {"planner: a chain of 100000 stages with 1000 memory slots", "coarser granularity",
                                "fewer memory slots"}) {
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
   }
+}
+
+// The planning API: budgets say their unit, results are statuses tagged by planner, plans take
+// their names from the cost table, and the classic planners read blocks, not positions.
+namespace {
+
+// n stages; stages [first_block, last_block] in blocks 0, 1, ...; the rest outside any block.
+CostTable chain_with_blocks(int n, int first_block, int last_block) {
+  std::mt19937 rng(21);
+  CostTable t = random_chain(rng, n, 1);
+  for (int i = 0; i < n; ++i) t.stages[i].block = i >= first_block && i <= last_block ? i - first_block : -1;
+  return t;
+}
+
+// Every stage a checkpointed segment of `plan` runs, at any depth.
+std::vector<int64_t> checkpointed_stages(const Plan& plan) {
+  std::vector<int64_t> out;
+  for (const auto& item : plan.items) {
+    if (item.is_stage()) continue;
+    const auto range = remat::stage_range(item.segment);
+    for (int64_t s = range.first; s <= range.second; ++s) out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Budget, SaysItsUnitAndIntegersDoNotConvert) {
+  static_assert(!std::is_convertible<int, remat::Budget>::value, "an integer budget's unit would be a guess");
+  static_assert(!std::is_convertible<int64_t, remat::Budget>::value, "an integer budget's unit would be a guess");
+  static_assert(std::is_convertible<const char*, remat::Budget>::value, "text says its unit");
+  EXPECT_EQ(remat::Budget::bytes(1234).to_bytes(1 << 20), 1234);
+  EXPECT_FALSE(remat::Budget::bytes(1234).is_relative());
+  EXPECT_EQ(remat::Budget::percent(25).to_bytes(1000), 250);
+  EXPECT_EQ(remat::Budget::fraction(0.25).to_bytes(1000), 250);
+  EXPECT_TRUE(remat::Budget::fraction(0.25).is_relative());
+  EXPECT_EQ(remat::Budget::percent(25).text(), "25%");
+  EXPECT_EQ(remat::Budget("2KiB").to_bytes(0), 2048);
+  REMAT_EXPECT_ERROR(remat::Budget::bytes(-1), "must not be negative");
+  REMAT_EXPECT_ERROR(remat::Budget::percent(0), "percentage must be in (0, 1000]");
+  REMAT_EXPECT_ERROR(remat::Budget::fraction(std::nan("")), "must be in (0, 10]");
+}
+
+TEST(PlanningApi, PlansTakeNamesGranularityAndModeFromTheCostTable) {
+  std::mt19937 rng(4);
+  CostTable costs = random_chain(rng, 6, 2);
+  costs.granularity = "mine";
+  const auto mode = remat::CheckpointMode::non_reentrant;
+  const remat::PlanResult r = remat::plan_optimal(costs, "60%", remat::PlannerOptions().mode(mode));
+  ASSERT_TRUE(r.feasible);
+  EXPECT_EQ(r.planner, remat::PlannerKind::optimal);
+  EXPECT_EQ(r.plan.granularity, "mine");
+  EXPECT_EQ(r.plan.mode, mode);
+  ASSERT_EQ(r.plan.stage_names.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(r.plan.stage_names[i], costs.stages[i].name);
+    EXPECT_EQ(r.plan.default_options[i], costs.stages[i].options.front().option);
+  }
+  EXPECT_EQ(r.unchecked.peak_bytes, remat::simulate(costs.plain_plan(mode), costs).peak_bytes);
+  EXPECT_EQ(r.budget_bytes, r.unchecked.peak_bytes * 60 / 100);
+  EXPECT_LE(r.prediction.peak_bytes, r.budget_bytes);
+}
+
+TEST(PlanningApi, AnImpossibleBudgetIsAStatusAndEnsureFeasibleNamesTheLeastBudget) {
+  std::mt19937 rng(9);
+  const CostTable costs = random_chain(rng, 7, 2);
+  const int64_t least = remat::least_feasible_budget(costs);
+  ASSERT_GT(least, 0);
+  const remat::PlanResult fits = remat::plan_optimal(costs, remat::Budget::bytes(least));
+  EXPECT_TRUE(fits.feasible);
+  EXPECT_EQ(&fits.ensure_feasible(), &fits);
+  const remat::PlanResult no = remat::plan_optimal(costs, remat::Budget::bytes(least - 1));
+  EXPECT_FALSE(no.feasible);
+  EXPECT_TRUE(no.plan.items.empty());
+  // One meaning: the least budget is the same whichever budget the table was built for.
+  EXPECT_EQ(no.least_feasible_budget_bytes, least);
+  EXPECT_EQ(fits.least_feasible_budget_bytes, least);
+  EXPECT_EQ(remat::plan_optimal(costs, "300%").least_feasible_budget_bytes, least);
+  REMAT_EXPECT_ERROR(no.ensure_feasible(), "the smallest feasible budget is " + std::to_string(least) + " bytes");
+}
+
+TEST(PlanningApi, ChenAndRevolveLeaveStagesOutsideBlocksPlainAndCheckpointEveryBlockStage) {
+  // Blocks are stages 1..4 of 6: Chen never puts stages 0 and 5 in a segment, whatever the budget.
+  const CostTable ends_outside = chain_with_blocks(6, 1, 4);
+  int plans_seen = 0;
+  for (const char* budget : {"40%", "60%", "80%"}) {
+    const remat::PlanResult r = remat::chen_greedy_plan(ends_outside, budget);
+    if (r.plan.items.empty()) continue;
+    ++plans_seen;
+    for (int64_t s : checkpointed_stages(r.plan)) EXPECT_TRUE(s >= 1 && s <= 4) << budget << ": " << r.plan.to_string();
+  }
+  EXPECT_GT(plans_seen, 0);
+  // Revolve's uniform chain is the block stages' mean: the stages outside blocks keep their own costs.
+  const remat::PlanResult revolve = remat::revolve_plan(ends_outside, "1000%");
+  ASSERT_TRUE(revolve.feasible);
+  EXPECT_EQ(revolve.planner, remat::PlannerKind::revolve);
+  // Every stage a block (a Sequential without a loss): Chen's least-memory plans checkpoint the
+  // first and the last stage too (before, they were exempt by position).
+  const CostTable all_blocks = chain_with_blocks(6, 0, 5);
+  const remat::PlanResult chen = remat::chen_greedy_plan(all_blocks, "1000%");
+  ASSERT_TRUE(chen.feasible);
+  const remat::PlanResult tight =
+      remat::chen_greedy_plan(all_blocks, remat::Budget::bytes(chen.least_feasible_budget_bytes));
+  ASSERT_TRUE(tight.feasible);
+  const auto stages = checkpointed_stages(tight.plan);
+  EXPECT_NE(std::find(stages.begin(), stages.end(), 0), stages.end()) << tight.plan.to_string();
+  EXPECT_NE(std::find(stages.begin(), stages.end(), 5), stages.end()) << tight.plan.to_string();
+  EXPECT_EQ(chen.planner, remat::PlannerKind::chen);
+}
+
+TEST(PlanningApi, ComparisonsAreTaggedByKind) {
+  const CostTable costs = chain_with_blocks(6, 1, 4);
+  const auto results = remat::compare_planners(
+      costs, "50%", {"everything", "nothing"},
+      [&costs](const std::string& name) {
+        Plan p = costs.plain_plan();
+        if (name == "everything") p.items = {PlanItem::checkpointed(p.items)};
+        return p;
+      },
+      [&costs](const Plan& p) { return remat::simulate(p, costs); });
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0].planner, remat::PlannerKind::policy);
+  EXPECT_EQ(results[0].name, "everything");
+  EXPECT_EQ(results[0].least_feasible_budget_bytes, results[0].prediction.peak_bytes);
+  EXPECT_EQ(results[1].name, "nothing");
+  EXPECT_FALSE(results[1].feasible);  // the unchecked plan never fits 50% of itself
+  EXPECT_EQ(results[2].planner, remat::PlannerKind::revolve);
+  EXPECT_EQ(results[3].planner, remat::PlannerKind::chen);
+  for (const auto& r : results) EXPECT_EQ(r.budget_bytes, results[0].unchecked.peak_bytes / 2);
+}
+
+TEST(PlanningApi, CostTablesKeepTheirBlocks) {
+  const CostTable costs = chain_with_blocks(5, 1, 3);
+  const CostTable again = CostTable::from_json(costs.to_json());
+  for (size_t i = 0; i < costs.stages.size(); ++i) EXPECT_EQ(again.stages[i].block, costs.stages[i].block);
+  std::string bad = costs.to_json();
+  bad.replace(bad.find("\"block\": -1"), 11, "\"block\": -7");
+  REMAT_EXPECT_ERROR(CostTable::from_json(bad, "b.json"), "b.json: stages[0]: field 'block' must be -1");
+}
+
+// One decision, made once: a policy, a given plan or a budget, in a mode.
+TEST(PlanRequest, ChoosesAPolicyAPlanOrTheOptimalPlanForABudget) {
+  const CostTable costs = chain_with_blocks(6, 1, 4);
+  int costs_asked = 0;
+  remat::PlanSources sources;
+  sources.policy = [&costs](const std::string& policy) {
+    REMAT_CHECK(policy == "all", "unknown policy '", policy, "'");
+    Plan p = costs.plain_plan();
+    p.items = {PlanItem::checkpointed(p.items)};
+    return p;
+  };
+  sources.costs = [&] {
+    ++costs_asked;
+    return costs;
+  };
+  const auto non_reentrant = remat::CheckpointMode::non_reentrant;
+
+  const remat::ChosenPlan policy = remat::choose_plan(remat::PlanRequest::of_policy("all").mode(non_reentrant), sources);
+  EXPECT_EQ(policy.plan.mode, non_reentrant);
+  EXPECT_EQ(policy.source, "policy all");
+  EXPECT_FALSE(policy.planned.has_value());
+  EXPECT_EQ(costs_asked, 0) << "a policy needs no cost table";
+
+  const remat::ChosenPlan given = remat::choose_plan(remat::PlanRequest::of_plan(policy.plan, "mine.json"), sources);
+  EXPECT_EQ(given.plan.to_json(), policy.plan.to_json());
+  EXPECT_EQ(given.source, "mine.json");
+
+  const remat::PlanRequest budget = remat::PlanRequest::of_budget("70%").mode(non_reentrant).memory_slots(500);
+  const remat::ChosenPlan planned = remat::choose_plan(budget, sources);
+  EXPECT_EQ(costs_asked, 1);
+  ASSERT_TRUE(planned.planned.has_value());
+  EXPECT_EQ(planned.plan.to_json(), planned.planned->plan.to_json());
+  EXPECT_EQ(planned.plan.mode, non_reentrant);
+  EXPECT_EQ(planned.plan.to_json(),
+            remat::plan_optimal(costs, "70%", remat::PlannerOptions().mode(non_reentrant).memory_slots(500)).plan.to_json());
+  EXPECT_EQ(planned.source.rfind("optimal for budget 70% = ", 0), 0u) << planned.source;
+
+  REMAT_EXPECT_ERROR(remat::choose_plan(remat::PlanRequest::of_budget(remat::Budget::bytes(1)), sources),
+                     "the smallest feasible budget is");
+  REMAT_EXPECT_ERROR(remat::choose_plan(remat::PlanRequest::of_policy("none"), sources), "unknown policy 'none'");
+  REMAT_EXPECT_ERROR(remat::choose_plan(remat::PlanRequest::of_budget("50%"), remat::PlanSources{sources.policy, nullptr}),
+                     "budget 50% needs PlanSources::costs");
+  REMAT_EXPECT_ERROR(remat::PlanRequest::of_policy("all").budget(), "policy all holds no budget");
+  REMAT_EXPECT_ERROR(remat::PlanRequest::of_plan_file("/nonexistent/plan.json"), "/nonexistent/plan.json");
+}
+
+// The measured comparison: each plan measured once, overheads paired against the unchecked plan,
+// and the fastest policy measured to fit each budget (here "measured" by the simulator, with drift).
+TEST(CompareMeasured, FindsTheFastestFittingPolicyWithPairedRatiosAndMeasuresEachPlanOnce) {
+  const CostTable costs = chain_with_blocks(6, 1, 4);
+  const int64_t least = remat::least_feasible_budget(costs);
+  const int64_t unchecked_peak = remat::simulate(costs.plain_plan(), costs).peak_bytes;
+  const std::vector<remat::PlanResult> optimal = {
+      remat::plan_optimal(costs, remat::Budget::bytes(least + (unchecked_peak - least) / 4)),
+      remat::plan_optimal(costs, remat::Budget::bytes(least + 3 * (unchecked_peak - least) / 4))};
+  ASSERT_TRUE(optimal[0].feasible && optimal[1].feasible);
+  std::vector<remat::NamedPlan> policies;
+  for (const std::string& name : {"all", "pairs"}) {
+    Plan p = costs.plain_plan();
+    if (name == "all") p.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2), PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)};
+    if (name == "pairs") p.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}), PlanItem::checkpointed({PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)};
+    policies.push_back({name, p});
+  }
+  policies.push_back({"again", policies[0].plan});  // the same plan under another name: measured once
+  size_t measured_plans = 0;
+  const auto measure = [&](const std::vector<Plan>& plans) {
+    measured_plans += plans.size();
+    std::vector<remat::PlanMeasurement> out;
+    for (const auto& plan : plans) {
+      const remat::Prediction p = remat::simulate(plan, costs);
+      remat::PlanMeasurement m;
+      m.activation_peak_bytes = p.peak_bytes;
+      for (int round = 0; round < 5; ++round) m.all_step_seconds.push_back(p.step_seconds * (1 + 0.2 * round));  // drift
+      m.step_seconds = m.all_step_seconds[2];
+      out.push_back(m);
+    }
+    return out;
+  };
+  const remat::MeasuredComparison c = remat::compare_measured(costs.plain_plan(), optimal, policies, measure);
+  const size_t distinct_optimal = optimal[0].plan.to_string() == optimal[1].plan.to_string() ? 1 : 2;
+  EXPECT_LE(measured_plans, 1 + distinct_optimal + 2) << "each distinct plan once";
+  EXPECT_DOUBLE_EQ(c.unchecked.overhead, 0.0);
+  ASSERT_EQ(c.policies.size(), 3u);
+  const double unchecked_seconds = remat::simulate(costs.plain_plan(), costs).step_seconds;
+  for (size_t b = 0; b < 2; ++b) {
+    const auto& bc = c.budgets[b];
+    EXPECT_TRUE(bc.fits);
+    EXPECT_NEAR(bc.measured.overhead, optimal[b].prediction.step_seconds / unchecked_seconds - 1, 1e-12);
+    // Brute force: the fastest policy whose peak fits.
+    std::optional<size_t> best;
+    for (size_t p = 0; p < policies.size(); ++p) {
+      const remat::Prediction pp = remat::simulate(policies[p].plan, costs);
+      if (pp.peak_bytes > optimal[b].budget_bytes) continue;
+      if (!best || pp.step_seconds < remat::simulate(policies[*best].plan, costs).step_seconds) best = p;
+    }
+    EXPECT_EQ(bc.best_policy.has_value(), best.has_value()) << b;
+    if (best) {
+      EXPECT_EQ(c.policies[*bc.best_policy].measured.step_seconds, c.policies[*best].measured.step_seconds);
+      EXPECT_LE(bc.ratio_to_best_policy, 1.0 + 1e-12) << "the optimal plan is no slower than the best policy";
+    }
+  }
+  std::vector<remat::PlanResult> infeasible = {remat::plan_optimal(costs, remat::Budget::bytes(1))};
+  REMAT_EXPECT_ERROR(remat::compare_measured(costs.plain_plan(), infeasible, policies, measure), "compare feasible results only");
 }

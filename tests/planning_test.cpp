@@ -93,7 +93,7 @@ TEST(Profiler, PredictionsMatchMeasuredBytesAndPlansFitTheirBudget) {
   measure(none);  // gradients allocated, as during profiling
   const int64_t measured_none = measure(none);
   EXPECT_NEAR(static_cast<double>(predicted_none), static_cast<double>(measured_none), 0.10 * measured_none);
-  const remat::OptimalPlanner planner(p.costs, none, 1000);
+  const remat::OptimalPlanner planner(p.costs);
   for (double fraction : {0.3, 0.5, 0.7}) {
     const auto budget = static_cast<int64_t>(fraction * static_cast<double>(predicted_none));
     const auto result = planner.plan(budget);
@@ -121,38 +121,6 @@ TEST(Profiler, TwinGptLayersShareOneTime) {
       EXPECT_EQ(stage.backward_seconds, twin.backward_seconds);
     }
   }
-}
-
-// A prediction is only as good as each stage's time: the fused plan's time relative to the plain
-// one's, predicted from a profile and measured in 7 interleaved rounds (paired), on stages of
-// milliseconds (no fixed per-call cost dominates). The ratio cancels the machine's load level; 50
-// points catch a stage timed several times off (the fused stages on LibTorch 2.6 were once
-// predicted at -84% against a measured -12%). Timing on shared cores has bursts, so the test
-// profiles and measures up to three times and fails only when no attempt agrees: a systematic
-// error fails all three. CTest runs it alone (tests/CMakeLists.txt).
-TEST(ProfilerTiming, PredictedStepRatioAgreesWithTheMeasuredOne) {
-  GptConfig config = small();
-  config.layers = 3;
-  config.hidden = 128;
-  config.sequence = 128;
-  torch::manual_seed(0);
-  GptChain blocks(Gpt(config), "block");  // where the fused policy applies
-  const auto [tokens, targets] = remat::testing::random_batch(4, 128);
-  blocks.set_targets(targets);
-  const std::vector<Plan> plans = {Plan::plain(blocks), remat::models::gpt_policy_plan("fused", blocks)};
-  std::string attempts;
-  for (int attempt = 1; attempt <= 3; ++attempt) {
-    const CostTable costs = remat::profile_chain(blocks, tokens, remat::ProfileOptions().repeats(3));
-    const auto measured = remat::measure_plans(blocks, plans, tokens, 7);
-    const double predicted =
-        remat::simulate(plans[1], costs).step_seconds / remat::simulate(plans[0], costs).step_seconds;
-    const double actual = remat::paired_time_ratio(measured[1], measured[0]);
-    if (std::abs(predicted - actual) <= 0.50) return;
-    attempts += "attempt " + std::to_string(attempt) + ": predicted " + std::to_string(predicted) + ", measured " +
-                std::to_string(actual) + "\n" + costs.to_table() + "\n";
-  }
-  ADD_FAILURE() << "the fused plan's step ratio to the plain one, predicted vs measured, differed by more than "
-                   "0.50 in three attempts:\n" << attempts;
 }
 
 TEST(Estimator, AgreesWithThePublishedFigureOnA13BConfig) {
@@ -210,16 +178,16 @@ TEST(Planners, EveryPlannersPlanTrainsLikeNone) {
   eo.granularity = "half";
   const CostTable costs = remat::models::estimate_gpt(small(), eo).costs;
   const Plan plain = Plan::plain(remat::models::GptChainShape(4, "half"));
-  const remat::OptimalPlanner optimal(costs, plain, 500);
+  const remat::OptimalPlanner optimal(costs, remat::PlannerOptions().memory_slots(500));
   const int64_t unchecked = remat::simulate(plain, costs).peak_bytes;
   std::vector<std::pair<std::string, Plan>> plans;
   for (double f : {0.25, 0.5, 0.8}) {
     const auto r = optimal.plan(static_cast<int64_t>(f * unchecked));
     if (r.feasible) plans.emplace_back("optimal " + std::to_string(f), r.plan);
   }
-  const auto revolve = remat::revolve_plan(costs, plain, unchecked / 2);
+  const auto revolve = remat::revolve_plan(costs, "50%");
   if (revolve.feasible) plans.emplace_back("revolve", revolve.plan);
-  const auto chen = remat::chen_greedy_plan(costs, plain, unchecked / 2);
+  const auto chen = remat::chen_greedy_plan(costs, "50%");
   if (chen.feasible) plans.emplace_back("chen", chen.plan);
   ASSERT_GE(plans.size(), 4u);
   for (const auto& [name, plan] : plans) {

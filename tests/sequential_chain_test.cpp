@@ -13,7 +13,7 @@
 #include "remat/planned.h"
 #include "remat/policies.h"
 #include "remat/sequential_chain.h"
-#include "remat/statistics.h"
+#include "remat/internal/statistics.h"
 #include "support/compare.h"
 
 namespace nn = torch::nn;
@@ -111,24 +111,20 @@ TEST(SequentialChain, DynamicProgramPlansAtSeveralBudgetsGiveBitwiseEqualGradien
   nn::Sequential net = mlp();
   remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
-  const remat::Plan plain_plan = remat::Plan::plain(chain);
-  const int64_t least = remat::least_feasible_budget(costs, plain_plan);
+  const int64_t least = remat::least_feasible_budget(costs);
   ASSERT_GT(least, 0);
   std::set<std::string> seen;
   for (const char* budget : {"30%", "50%", "70%", "100%"}) {
-    remat::BudgetPlan p;
-    try {
-      p = remat::plan_for_budget(costs, plain_plan, budget);
-    } catch (const c10::Error&) {
-      continue;  // below the least feasible budget on this model
-    }
+    const remat::PlanResult p = remat::plan_optimal(costs, budget);
+    if (!p.feasible) continue;  // below the least feasible budget on this model
     SCOPED_TRACE(std::string(budget) + ": " + p.plan.to_string());
     EXPECT_LE(p.prediction.peak_bytes, p.budget_bytes);
     seen.insert(p.plan.to_string());
     expect_identical(plain, run_steps(mlp(), &p.plan, x, y, 2));
   }
   EXPECT_GE(seen.size(), 2u) << "the budgets should give different plans";
-  const remat::BudgetPlan tight = remat::plan_for_budget(costs, plain_plan, least + least / 50);
+  const remat::PlanResult tight = remat::plan_optimal(costs, remat::Budget::bytes(least + least / 50));
+  ASSERT_TRUE(tight.feasible);
   EXPECT_GE(count_segments(tight.plan.items), 2);
   expect_identical(plain, run_steps(mlp(), &tight.plan, x, y, 2));
 }
@@ -142,7 +138,7 @@ TEST(SequentialChain, BatchNormStatisticsUpdateOncePerStepUnderEveryPlan) {
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
   std::vector<remat::Plan> plans = {remat::policy_plan("block", chain), remat::policy_plan("every:3", chain),
                                     remat::policy_plan("sqrt", chain)};
-  for (const char* budget : {"65%", "80%"}) plans.push_back(remat::plan_for_budget(costs, remat::Plan::plain(chain), budget).plan);
+  for (const char* budget : {"65%", "80%"}) plans.push_back(remat::plan_optimal(costs, budget).ensure_feasible().plan);
   for (const auto& plan : plans) {
     SCOPED_TRACE(plan.to_string());
     const Outcome planned = run_steps(convnet(), &plan, x, y, 3);
@@ -176,8 +172,8 @@ TEST(SequentialChain, TwinStagesShareOneProfiledTime) {
   EXPECT_EQ(chain.stage_signature(0), chain.stage_signature(4));
   EXPECT_NE(chain.stage_signature(0), chain.stage_signature(3)) << "Linear(32,128) is not Linear(128,32)";
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
-  // Stages 4 and 8 are twins; stage 0 has the same modules but its input needs no gradient, so its
-  // backward is another computation and keeps its own time.
+  // Stages 4 and 8 are twins (stage 0 has the same modules but its input needs no gradient, so its
+  // backward is another computation and keeps its own time: not asserted, two times may tie).
   for (const int64_t first : {1, 2, 3, 4}) {
     const auto& a = costs.stages[first];
     const auto& b = costs.stages[first + 4];
@@ -185,7 +181,6 @@ TEST(SequentialChain, TwinStagesShareOneProfiledTime) {
     EXPECT_EQ(a.options[0].backward_seconds, b.options[0].backward_seconds) << a.name;
     EXPECT_EQ(a.nograd_seconds, b.nograd_seconds) << a.name;
   }
-  EXPECT_NE(costs.stages[0].options[0].backward_seconds, costs.stages[4].options[0].backward_seconds);
 }
 
 // Counts the stage runs profiling makes.
@@ -330,8 +325,9 @@ TEST(SequentialChain, WhatCannotWorkIsAClearError) {
 
   // A budget below what any plan needs names the least feasible one.
   remat::SequentialChain reduced(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
-  REMAT_EXPECT_ERROR(remat::plan_for_budget(reduced, torch::randn({4, 32}), 1000, remat::BudgetPlanOptions().repeats(1)),
-                     "no plan fits a budget of 1000 (1000 bytes): the smallest feasible budget is ");
+  REMAT_EXPECT_ERROR(remat::plan_for_budget(reduced, torch::randn({4, 32}), remat::Budget::bytes(1000),
+                                           remat::BudgetPlanOptions().repeats(1)),
+                     "no plan fits a budget of 1000 bytes (0.0 MiB): the smallest feasible budget is ");
   REMAT_EXPECT_ERROR(remat::Budget("12parsecs"), "has an unknown unit 'parsecs'");
   REMAT_EXPECT_ERROR(remat::SequentialChain(net, nullptr, remat::SequentialChainOptions().group_sizes({2, 2})),
                      "group_sizes must be positive and sum to the number of modules (9)");

@@ -395,7 +395,7 @@ TEST(Train, AResumedRunMustTrainOnTheSameCorpus) {
   resume.resume_dir = o.save_dir;
   resume.data_file = (dir / "other.txt").string();
   const std::string message = error_of([&] { Trainer t(resume); });
-  EXPECT_NE(message.find("resume: the saved run trained on"), std::string::npos) << message;
+  EXPECT_NE(message.find("TrainOptions::resume_dir: the saved run trained on"), std::string::npos) << message;
   EXPECT_NE(message.find("Resume with the same TrainOptions::data_file"), std::string::npos) << message;
 }
 
