@@ -98,7 +98,7 @@ EOF
   fi
   prefixes="$prefix;$prefixes"  # first: Torch's prefix may hold other packages' configs (Debian's does)
 fi
-# c10d's ProcessGroupGloo.hpp (src/distributed.cpp) includes Gloo's headers; wheels ship them, but
+# c10d's ProcessGroupGloo.hpp (src/distributed/process_group.cpp) includes Gloo's headers; wheels ship them, but
 # where they are missing the staged ones stand in.
 cxx_flags=""
 if [ ! -e "$torch_include/gloo/algorithm.h" ]; then
