@@ -9,10 +9,7 @@
 
 int main(int argc, char** argv) {
   remat::models::GptConfig config;
-  config.layers = argc > 1 ? std::stoi(argv[1]) : 47;
-  config.hidden = 1024;
-  config.heads = 16;
-  config.sequence = 1024;
+  config.layers(argc > 1 ? std::stoi(argv[1]) : 47).hidden(1024).heads(16).sequence(1024);
   remat::models::EstimateOptions options;
   options.granularity = "half";
   options.dtype = "bf16";

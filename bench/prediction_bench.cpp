@@ -21,10 +21,7 @@ int main(int argc, char** argv) {
   const int attempts = argc > 1 ? std::stoi(argv[1]) : 3;
   const int rounds = argc > 2 ? std::stoi(argv[2]) : 7;
   remat::models::GptConfig config;
-  config.layers = 3;
-  config.hidden = 128;
-  config.heads = 4;
-  config.sequence = 128;
+  config.layers(3).hidden(128).heads(4).sequence(128);
   torch::manual_seed(0);
   remat::models::GptChain blocks(remat::models::Gpt(config), "block");  // where the fused policy applies
   const at::Tensor tokens = torch::randint(0, 256, {4, 128}, torch::kLong);

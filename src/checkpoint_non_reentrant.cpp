@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/saved_variable.h>
 
 #include "detail/checkpoint_modes.h"
+#include "detail/tensor_text.h"
 #include "detail/forward_state.h"
 #include "detail/recompute_state.h"
 #include "detail/saved_versions.h"
@@ -33,11 +34,7 @@ struct SavedMeta {
 
   static SavedMeta of(const at::Tensor& t) { return {t.sizes().vec(), t.scalar_type(), t.device()}; }
   bool operator==(const SavedMeta& o) const { return sizes == o.sizes && dtype == o.dtype && device == o.device; }
-  std::string describe() const {
-    std::ostringstream os;
-    os << dtype << c10::IntArrayRef(sizes) << " on " << device;
-    return os.str();
-  }
+  std::string describe() const { return detail::tensor_text(sizes, dtype, &device); }
 };
 
 // Thrown by the recompute's pack hook once every live handle is filled; caught by the recompute.

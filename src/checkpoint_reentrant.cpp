@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 
 #include "detail/checkpoint_modes.h"
+#include "detail/tensor_text.h"
 #include "detail/forward_state.h"
 #include "detail/recompute_state.h"
 #include "detail/saved_versions.h"
@@ -80,9 +81,7 @@ variable_list grad_releasing_roots(variable_list&& roots, const variable_list& w
 
 std::string describe(const OutputMeta& m) {
   if (!m.defined) return "undefined";
-  std::ostringstream os;
-  os << m.dtype << c10::IntArrayRef(m.sizes) << " on " << m.device;
-  return os.str();
+  return detail::tensor_text(m.sizes, m.dtype, &m.device);
 }
 
 // Everything the backward needs besides the saved tensors. Held by the autograd node, so it lives

@@ -97,24 +97,61 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
   return rest;
 }
 
+// The one list of a cost table's numbers: writing, reading (each checked as seconds or as bytes up
+// to 2^53) and the byte totals that bound a table all derive from it.
+template <typename Owner>
+struct NumberFields {
+  std::vector<std::pair<const char*, double Owner::*>> seconds;
+  std::vector<std::pair<const char*, int64_t Owner::*>> bytes;
+  std::vector<const char*> optional_bytes;  // read as 0 when absent (fields added after version 1)
+};
+
+const NumberFields<StageRunCost>& run_fields() {
+  static const NumberFields<StageRunCost> fields{
+      {{"forward_seconds", &StageRunCost::forward_seconds}, {"backward_seconds", &StageRunCost::backward_seconds}},
+      {{"kept_bytes", &StageRunCost::kept_bytes},
+       {"forward_extra_bytes", &StageRunCost::forward_extra_bytes},
+       {"backward_extra_bytes", &StageRunCost::backward_extra_bytes}},
+      {}};
+  return fields;
+}
+
+const NumberFields<StageCost>& stage_fields() {
+  static const NumberFields<StageCost> fields{
+      {{"nograd_seconds", &StageCost::nograd_seconds}},
+      {{"output_bytes", &StageCost::output_bytes},
+       {"input_grad_bytes", &StageCost::input_grad_bytes},
+       {"parameter_bytes", &StageCost::parameter_bytes},
+       {"nograd_extra_bytes", &StageCost::nograd_extra_bytes}},
+      {"parameter_bytes"}};
+  return fields;
+}
+
+template <typename Owner>
+void write_numbers(const Owner& from, const NumberFields<Owner>& fields, nlohmann::json& to) {
+  for (const auto& [name, member] : fields.seconds) to[name] = from.*member;
+  for (const auto& [name, member] : fields.bytes) to[name] = from.*member;
+}
+
+// Reads the fields into `to`; returns their bytes' sum (in double: no overflow).
+template <typename Owner>
+double read_numbers(const detail::JsonFields& from, const NumberFields<Owner>& fields, Owner& to) {
+  for (const auto& [name, member] : fields.seconds) to.*member = from.seconds(name);
+  double total = 0;
+  for (const auto& [name, member] : fields.bytes) {
+    const auto& optional_bytes = fields.optional_bytes;
+    const bool optional =
+        std::find(optional_bytes.begin(), optional_bytes.end(), std::string(name)) != optional_bytes.end();
+    to.*member = optional ? from.bytes_or(name, 0) : from.bytes(name);
+    total += static_cast<double>(to.*member);
+  }
+  return total;
+}
+
 nlohmann::json run_cost_json(const StageRunCost& c) {
-  return {{"forward_seconds", c.forward_seconds}, {"backward_seconds", c.backward_seconds}, {"kept_bytes", c.kept_bytes},
-          {"forward_extra_bytes", c.forward_extra_bytes}, {"backward_extra_bytes", c.backward_extra_bytes}};
-}
-
-StageRunCost run_cost_from_json(const detail::JsonFields& f) {
-  StageRunCost c;
-  c.forward_seconds = f.seconds("forward_seconds");
-  c.backward_seconds = f.seconds("backward_seconds");
-  c.kept_bytes = f.bytes("kept_bytes");
-  c.forward_extra_bytes = f.bytes("forward_extra_bytes");
-  c.backward_extra_bytes = f.bytes("backward_extra_bytes");
-  return c;
-}
-
-double total_bytes(const StageRunCost& c) {
-  return static_cast<double>(c.kept_bytes) + static_cast<double>(c.forward_extra_bytes) +
-         static_cast<double>(c.backward_extra_bytes);
+  nlohmann::json j = nlohmann::json::object();
+  write_numbers(c, run_fields(), j);
+  return j;
 }
 
 }  // namespace
@@ -142,10 +179,9 @@ std::string CostTable::to_json() const {
       if (o.graph_only) option_json["graph_only"] = run_cost_json(*o.graph_only);
       options_json.push_back(option_json);
     }
-    stages_json.push_back({{"name", s.name}, {"output_bytes", s.output_bytes}, {"input_grad_bytes", s.input_grad_bytes},
-                           {"parameter_bytes", s.parameter_bytes},
-                           {"nograd_seconds", s.nograd_seconds}, {"nograd_extra_bytes", s.nograd_extra_bytes},
-                           {"block", s.block}, {"options", options_json}});
+    nlohmann::json stage_json = {{"name", s.name}, {"block", s.block}, {"options", options_json}};
+    write_numbers(s, stage_fields(), stage_json);
+    stages_json.push_back(stage_json);
   }
   return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
                          {"segment_bytes", segment_bytes}, {"stages", stages_json}})
@@ -169,26 +205,20 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
     const detail::JsonFields f(stages[i], source_name + ": stages[" + std::to_string(i) + "]");
     StageCost c;
     c.name = f.string("name");
-    c.output_bytes = f.bytes("output_bytes");
-    c.input_grad_bytes = f.bytes("input_grad_bytes");
-    c.parameter_bytes = f.bytes_or("parameter_bytes", 0);
-    c.nograd_seconds = f.seconds("nograd_seconds");
-    c.nograd_extra_bytes = f.bytes("nograd_extra_bytes");
+    total += read_numbers(f, stage_fields(), c);
     c.block = f.integer_or("block", -1);
     REMAT_CHECK(c.block >= -1 && c.block <= static_cast<int64_t>(stages.size()), f.where(), ": field 'block' must be -1 ",
                 "(outside any block) or a block index below the number of stages, found ", c.block, ".");
-    total += static_cast<double>(c.output_bytes) + static_cast<double>(c.input_grad_bytes) +
-             static_cast<double>(c.parameter_bytes) + static_cast<double>(c.nograd_extra_bytes);
     const nlohmann::json& options = f.array("options");
     for (size_t k = 0; k < options.size(); ++k) {
       const detail::JsonFields o(options[k], f.where() + ".options[" + std::to_string(k) + "]");
       StageOptionCost oc;
       oc.option = o.string("option");
-      static_cast<StageRunCost&>(oc) = run_cost_from_json(o);
-      total += total_bytes(oc);
+      total += read_numbers(o, run_fields(), static_cast<StageRunCost&>(oc));
       if (o.has("graph_only")) {
-        oc.graph_only = run_cost_from_json(detail::JsonFields(options[k]["graph_only"], o.where() + ".graph_only"));
-        total += total_bytes(*oc.graph_only);
+        oc.graph_only.emplace();
+        total += read_numbers(detail::JsonFields(options[k]["graph_only"], o.where() + ".graph_only"), run_fields(),
+                              *oc.graph_only);
       }
       c.options.push_back(oc);
     }

@@ -2,15 +2,14 @@
 
 #include <c10/core/GradMode.h>
 
+#include "detail/tensor_text.h"
 #include "remat/error.h"
 
 namespace remat {
 namespace {
 
 std::string shape_text(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device) {
-  std::string out = "[";
-  for (size_t d = 0; d < sizes.size(); ++d) out += (d ? ", " : "") + std::to_string(sizes[d]);
-  return out + "] " + c10::toString(dtype) + " on " + device.str();
+  return detail::tensor_text(sizes, dtype, &device);
 }
 
 }  // namespace

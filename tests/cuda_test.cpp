@@ -507,9 +507,9 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
   model->to(kCuda);
   model->train();
   const at::Tensor tokens =
-      torch::randint(0, preset.model.vocabulary, {preset.batch, preset.model.sequence}, torch::kLong).to(kCuda);
+      torch::randint(0, preset.model.vocabulary(), {preset.batch, preset.model.sequence()}, torch::kLong).to(kCuda);
   const at::Tensor targets =
-      torch::randint(0, preset.model.vocabulary, {preset.batch, preset.model.sequence}, torch::kLong).to(kCuda);
+      torch::randint(0, preset.model.vocabulary(), {preset.batch, preset.model.sequence()}, torch::kLong).to(kCuda);
   remat::models::GptChain chain(model, "block");
   chain.set_targets(targets);
   struct Strategy {

@@ -112,11 +112,7 @@ int run_net(int ranks, const std::string& out, bool accumulate, bool dynamic = f
 
 int run_gpt(int ranks, const std::string& out, const std::string& how, int64_t batch) {
   remat::train::TrainOptions o;
-  o.model.layers = 3;
-  o.model.hidden = 32;
-  o.model.heads = 2;
-  o.model.sequence = 16;
-  o.model.dropout = 0;  // the same masks whatever the rank count: none
+  o.model.layers(3).hidden(32).heads(2).sequence(16).dropout(0);  // the same masks whatever the rank count: none
   o.batch = batch > 0 ? batch : 4 / ranks;
   o.lr = 3e-3;
   o.warmup_steps = 1;

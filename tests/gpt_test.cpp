@@ -27,7 +27,7 @@ std::pair<at::Tensor, at::Tensor> batch(int64_t b, int64_t t) { return remat::te
 struct NoDropoutBlockChain {
   static GptConfig no_dropout() {
     GptConfig c = config();
-    c.dropout = 0.0;
+    c.dropout(0.0);
     return c;
   }
   GptConfig c = no_dropout();
@@ -59,7 +59,7 @@ TEST(Gpt, ChainUnderThePlainPlanComputesTheModelsLoss) {
 
 TEST(Gpt, ConfigErrorsAreClear) {
   GptConfig c = config();
-  c.heads = 5;
+  c.heads(5);
   try {
     Gpt model(c);
     FAIL();
@@ -72,7 +72,7 @@ TEST(Gpt, ConfigErrorsAreClear) {
 // rewriting of the text (its wording can change freely).
 TEST(Gpt, ConfigErrorsNameTheirFieldsStructurally) {
   GptConfig c = config();
-  c.heads = 5;
+  c.heads(5);
   try {
     c.validate();
     FAIL();
@@ -138,9 +138,9 @@ TEST(Gpt, MatmulInputsOptionDropsTheLayerNormAndGeluOutputsExactly) {
   held_after_forward("none");  // allocate the gradients once, before measuring
   const int64_t full = held_after_forward("none");
   const int64_t matmul_inputs = held_after_forward("matmul-inputs");
-  const int64_t btc_bytes = 2 * 16 * c.hidden * 4;
+  const int64_t btc_bytes = 2 * 16 * c.hidden() * 4;
   // Per block: LN1 and LN2 outputs (B·T·C each) and the GELU output (B·T·4C).
-  EXPECT_EQ(full - matmul_inputs, c.layers * 6 * btc_bytes);
+  EXPECT_EQ(full - matmul_inputs, c.layers() * 6 * btc_bytes);
 }
 
 TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
@@ -155,8 +155,8 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
     for (int64_t index = 1; index + 1 < chain.size(); ++index) {
       for (const std::string& option : chain.stages()[index].options) {
         SCOPED_TRACE(chain.stages()[index].name + ":" + option);
-        const at::Tensor input = torch::randn({2, 16, config().hidden});
-        const at::Tensor grad = torch::randn({2, 16, config().hidden});
+        const at::Tensor input = torch::randn({2, 16, config().hidden()});
+        const at::Tensor grad = torch::randn({2, 16, config().hidden()});
         auto run = [&](bool graph_only) {
           model->zero_grad(/*set_to_none=*/true);
           const at::Tensor x = input.clone().requires_grad_(true);
@@ -174,7 +174,7 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
         for (size_t i = 0; i < plain.size(); ++i) {
           EXPECT_TRUE(remat::testing::bitwise_equal(plain[i].second, graph_only[i].second)) << plain[i].first;
         }
-        EXPECT_EQ(plain_bytes, 2 * 16 * config().hidden * 4);
+        EXPECT_EQ(plain_bytes, 2 * 16 * config().hidden() * 4);
         const bool skips = !(remat::models::recomputes_matmul_inputs(remat::models::parse_keep(option)) &&
                              remat::models::gpt_stage_kind(index, chain.size(), chain.granularity()) !=
                                  remat::models::GptStage::attention);
@@ -211,17 +211,17 @@ TEST(Gpt, FusedAttentionHalfKeepsNoTermQuadraticInTheSequence) {
   model->train();
   GptChain chain(model, "half");
   auto kept = [&](int64_t T, const std::string& option) {
-    const at::Tensor x = torch::randn({2, T, c.hidden}).requires_grad_();
+    const at::Tensor x = torch::randn({2, T, c.hidden()}).requires_grad_();
     const int64_t before = remat::memory_stats().current_bytes;
     const at::Tensor y = chain.forward_stage(1, x, option);
     return remat::memory_stats().current_bytes - before;
   };
   for (const int64_t T : {16, 32}) {
-    EXPECT_EQ(kept(T, "fused"), 2 * T * (2 * 4 + 6 * c.hidden * 4 + c.heads * 4)) << "T " << T;
+    EXPECT_EQ(kept(T, "fused"), 2 * T * (2 * 4 + 6 * c.hidden() * 4 + c.heads() * 4)) << "T " << T;
   }
   EXPECT_EQ(kept(32, "fused"), 2 * kept(16, "fused")) << "doubling T doubles what fused keeps";
   EXPECT_GT(kept(32, "full"), 2 * kept(16, "full")) << "plain attention keeps (B,NH,T,T) maps";
-  EXPECT_EQ(kept(32, "fused") - kept(32, "fused+matmul-inputs"), 2 * 32 * c.hidden * 4) << "LayerNorm 1's output";
+  EXPECT_EQ(kept(32, "fused") - kept(32, "fused+matmul-inputs"), 2 * 32 * c.hidden() * 4) << "LayerNorm 1's output";
 }
 
 TEST(Gpt, FusedOptionsComputePlainAttentionsGradientsWithoutDropout) {

@@ -19,10 +19,7 @@ namespace {
 
 GptConfig tiny(int64_t layers) {
   GptConfig c;
-  c.layers = layers;
-  c.hidden = 16;
-  c.heads = 2;
-  c.sequence = 8;
+  c.layers(layers).hidden(16).heads(2).sequence(8);
   return c;
 }
 

@@ -125,11 +125,7 @@ TEST(Profiler, TwinGptLayersShareOneTime) {
 
 TEST(Estimator, AgreesWithThePublishedFigureOnA13BConfig) {
   GptConfig c;
-  c.layers = 40;
-  c.hidden = 5120;
-  c.heads = 40;
-  c.sequence = 2048;
-  c.vocabulary = 32000;
+  c.layers(40).hidden(5120).heads(40).sequence(2048).vocabulary(32000);
   remat::models::EstimateOptions o;
   o.dtype = "bf16";
   const auto est = remat::models::estimate_gpt(c, o);

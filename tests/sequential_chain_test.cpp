@@ -296,7 +296,7 @@ TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
 
   // Another batch size changes every activation: refused, unless re-planning is asked for.
   REMAT_EXPECT_ERROR(planned->forward(torch::randn({2, 3, 16, 16})),
-                     "Planned: the plan was made for inputs of [8, 3, 16, 16] Float on cpu but this input is [2, 3, 16, 16]");
+                     "Planned: the plan was made for inputs of Float[8, 3, 16, 16] on cpu but this input is Float[2, 3, 16, 16]");
   planned->eval();
   EXPECT_EQ(planned->forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 10})) << "eval runs plainly";
   remat::Planned replanning(convnet(), "75%",

@@ -25,11 +25,7 @@ namespace {
 
 TrainOptions small_run(const std::string& policy = "none") {
   TrainOptions o;
-  o.model.layers = 4;
-  o.model.hidden = 32;
-  o.model.heads = 4;
-  o.model.sequence = 16;
-  o.model.dropout = 0.1;
+  o.model.layers(4).hidden(32).heads(4).sequence(16).dropout(0.1);
   o.batch = 2;
   o.lr = 3e-3;
   o.warmup_steps = 5;
@@ -161,7 +157,7 @@ TEST(Train, ResumeGivesTheParametersOfAStraightRun) {
 
 TEST(Train, BadModelFlagsDataAndPlansAreClearErrors) {
   TrainOptions o = small_run();
-  o.model.heads = 5;
+  o.model.heads(5);
   REMAT_EXPECT_ERROR(Trainer{o}, "GptConfig::heads (5) must divide GptConfig::hidden (32)");
   REMAT_EXPECT_ERROR(Trainer{small_run("nonsense")}, "unknown policy 'nonsense'");
 
@@ -237,7 +233,7 @@ TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesN
   const std::string model_bytes = read_file(step_dir / "model.pt");
 
   TrainOptions other = small_run();
-  other.model.hidden = 64;
+  other.model.hidden(64);
   other.resume_dir = state;
   REMAT_EXPECT_ERROR(Trainer{other}, "was saved for a model with hidden 32 but this run asks for 64");
   TrainOptions missing = small_run();

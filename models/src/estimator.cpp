@@ -45,12 +45,12 @@ GptSizes gpt_sizes(const GptConfig& c, const EstimateOptions& o) {
   GptSizes z;
   z.e = element_bytes(o.dtype);
   z.b = o.batch;
-  z.s = c.sequence;
-  z.h = c.hidden;
-  z.a = c.heads;
+  z.s = c.sequence();
+  z.h = c.hidden();
+  z.a = c.heads();
   z.T = z.b * z.s;
-  z.V = c.vocabulary;
-  z.dropout = c.dropout > 0;
+  z.V = c.vocabulary();
+  z.dropout = c.dropout() > 0;
   z.mask = o.dropout_mask_bytes > 0 ? o.dropout_mask_bytes : z.e;
   z.stats = 2 * z.T * 4;  // LayerNorm mean and rstd, fp32
   z.maps = z.a * z.s * z.s * z.b;
@@ -245,7 +245,7 @@ CostTable gpt_cost_table(const GptConfig& c, const EstimateOptions& o, const std
   table.source = "estimated: " + o.dtype + ", batch " + std::to_string(z.b) + ", " +
                  std::to_string(static_cast<int64_t>(o.flops_per_second / 1e9)) + " GFLOP/s";
   table.stages.push_back(embed_stage(z));
-  for (int64_t layer = 0; layer < c.layers; ++layer) {
+  for (int64_t layer = 0; layer < c.layers(); ++layer) {
     const std::string n = std::to_string(layer);
     if (o.granularity == "block") {
       table.stages.push_back(block_stage(n, attention, mlp, z));
@@ -254,7 +254,7 @@ CostTable gpt_cost_table(const GptConfig& c, const EstimateOptions& o, const std
     }
   }
   table.stages.push_back(head_stage(z));
-  const GptChainShape shape(c.layers, o.granularity);  // the chain's blocks, for Revolve and Chen
+  const GptChainShape shape(c.layers(), o.granularity);  // the chain's blocks, for Revolve and Chen
   for (size_t i = 0; i < table.stages.size(); ++i) table.stages[i].block = shape.stages()[i].block;
   return table;
 }

@@ -71,26 +71,26 @@ bool recomputes_matmul_inputs(Keep keep) { return keep == Keep::matmul_inputs ||
 bool is_fused(Keep keep) { return keep == Keep::fused || keep == Keep::fused_matmul_inputs; }
 
 void GptConfig::validate() const {
-  REMAT_CHECK(layers >= 1, field("GptConfig::layers"), " must be at least 1, got ", layers, ".");
-  REMAT_CHECK(hidden >= 1 && heads >= 1, field("GptConfig::hidden"), " and ", field("GptConfig::heads"), " must be positive, got ", hidden, " and ", heads, ".");
-  REMAT_CHECK(hidden % heads == 0, field("GptConfig::heads"), " (", heads, ") must divide ", field("GptConfig::hidden"), " (", hidden, "): each head gets hidden/heads ",
-              "channels; ", std::gcd(hidden, heads) > 0 ? std::gcd(hidden, heads) : 1, " heads would.");
-  REMAT_CHECK(sequence >= 1, field("GptConfig::sequence"), " must be at least 1, got ", sequence, ".");
-  REMAT_CHECK(vocabulary >= 2, "the vocabulary must have at least 2 tokens, got ", vocabulary, ".");
-  REMAT_CHECK(dropout >= 0.0 && dropout < 1.0, field("GptConfig::dropout"), " must be in [0, 1), got ", dropout, ".");
+  REMAT_CHECK(layers_ >= 1, field("GptConfig::layers"), " must be at least 1, got ", layers_, ".");
+  REMAT_CHECK(hidden_ >= 1 && heads_ >= 1, field("GptConfig::hidden"), " and ", field("GptConfig::heads"), " must be positive, got ", hidden_, " and ", heads_, ".");
+  REMAT_CHECK(hidden_ % heads_ == 0, field("GptConfig::heads"), " (", heads_, ") must divide ", field("GptConfig::hidden"), " (", hidden_, "): each head gets hidden/heads ",
+              "channels; ", std::gcd(hidden_, heads_) > 0 ? std::gcd(hidden_, heads_) : 1, " heads would.");
+  REMAT_CHECK(sequence_ >= 1, field("GptConfig::sequence"), " must be at least 1, got ", sequence_, ".");
+  REMAT_CHECK(vocabulary_ >= 2, "the vocabulary must have at least 2 tokens, got ", vocabulary_, ".");
+  REMAT_CHECK(dropout_ >= 0.0 && dropout_ < 1.0, field("GptConfig::dropout"), " must be in [0, 1), got ", dropout_, ".");
   // Beyond these no machine holds the model (or its cost table); refused before anything is sized.
   constexpr int64_t kMaxLayers = 100000, kMaxSize = int64_t{1} << 24;
-  REMAT_CHECK(layers <= kMaxLayers, field("GptConfig::layers"), " must be at most ", kMaxLayers, ", got ", layers, ".");
-  REMAT_CHECK(hidden <= kMaxSize && heads <= hidden, field("GptConfig::hidden"), " must be at most ", kMaxSize,
-              " and ", field("GptConfig::heads"), " at most hidden, got ", hidden, " and ", heads, ".");
-  REMAT_CHECK(sequence <= kMaxSize, field("GptConfig::sequence"), " must be at most ", kMaxSize, ", got ", sequence, ".");
-  REMAT_CHECK(vocabulary <= kMaxSize, field("GptConfig::vocabulary"), " must be at most ", kMaxSize, ", got ", vocabulary, ".");
+  REMAT_CHECK(layers_ <= kMaxLayers, field("GptConfig::layers"), " must be at most ", kMaxLayers, ", got ", layers_, ".");
+  REMAT_CHECK(hidden_ <= kMaxSize && heads_ <= hidden_, field("GptConfig::hidden"), " must be at most ", kMaxSize,
+              " and ", field("GptConfig::heads"), " at most hidden, got ", hidden_, " and ", heads_, ".");
+  REMAT_CHECK(sequence_ <= kMaxSize, field("GptConfig::sequence"), " must be at most ", kMaxSize, ", got ", sequence_, ".");
+  REMAT_CHECK(vocabulary_ <= kMaxSize, field("GptConfig::vocabulary"), " must be at most ", kMaxSize, ", got ", vocabulary_, ".");
 }
 
 double GptConfig::model_bytes() const {
-  const double h = static_cast<double>(hidden), v = static_cast<double>(vocabulary), t = static_cast<double>(sequence);
-  const double parameters = static_cast<double>(layers) * (12.0 * h * h + 13.0 * h) + (v + t) * h + v * h + 2.0 * h;
-  return 4.0 * parameters + static_cast<double>(layers) * t * t;  // fp32, and a bool mask per block
+  const double h = static_cast<double>(hidden_), v = static_cast<double>(vocabulary_), t = static_cast<double>(sequence_);
+  const double parameters = static_cast<double>(layers_) * (12.0 * h * h + 13.0 * h) + (v + t) * h + v * h + 2.0 * h;
+  return 4.0 * parameters + static_cast<double>(layers_) * t * t;  // fp32, and a bool mask per block
 }
 
 void check_gpt_run_fits_in_memory(const GptConfig& config, double activation_bytes, int optimizer_moments) {
@@ -108,25 +108,25 @@ void check_gpt_run_fits_in_memory(const GptConfig& config, double activation_byt
 }
 
 bool GptConfig::operator==(const GptConfig& o) const {
-  return layers == o.layers && hidden == o.hidden && heads == o.heads && sequence == o.sequence &&
-         vocabulary == o.vocabulary && dropout == o.dropout;
+  return layers_ == o.layers() && hidden_ == o.hidden() && heads_ == o.heads() && sequence_ == o.sequence() &&
+         vocabulary_ == o.vocabulary() && dropout_ == o.dropout();
 }
 
 std::string GptConfig::describe() const {
   std::ostringstream os;
-  os << "layers " << layers << ", hidden " << hidden << ", heads " << heads << ", sequence " << sequence
-     << ", vocabulary " << vocabulary << ", dropout " << dropout;
+  os << "layers " << layers_ << ", hidden " << hidden_ << ", heads " << heads_ << ", sequence " << sequence_
+     << ", vocabulary " << vocabulary_ << ", dropout " << dropout_;
   return os.str();
 }
 
-GptBlockImpl::GptBlockImpl(const GptConfig& c) : heads_(c.heads), dropout_(c.dropout) {
-  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden})));
-  qkv = register_module("qkv", torch::nn::Linear(c.hidden, 3 * c.hidden));
-  proj = register_module("proj", torch::nn::Linear(c.hidden, c.hidden));
-  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden})));
-  fc1 = register_module("fc1", torch::nn::Linear(c.hidden, 4 * c.hidden));
-  fc2 = register_module("fc2", torch::nn::Linear(4 * c.hidden, c.hidden));
-  causal_mask_ = torch::ones({c.sequence, c.sequence}, torch::kBool).triu(1);
+GptBlockImpl::GptBlockImpl(const GptConfig& c) : heads_(c.heads()), dropout_(c.dropout()) {
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden()})));
+  qkv = register_module("qkv", torch::nn::Linear(c.hidden(), 3 * c.hidden()));
+  proj = register_module("proj", torch::nn::Linear(c.hidden(), c.hidden()));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden()})));
+  fc1 = register_module("fc1", torch::nn::Linear(c.hidden(), 4 * c.hidden()));
+  fc2 = register_module("fc2", torch::nn::Linear(4 * c.hidden(), c.hidden()));
+  causal_mask_ = torch::ones({c.sequence(), c.sequence()}, torch::kBool).triu(1);
 }
 
 at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out, bool fused) {
@@ -189,13 +189,13 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
   config.validate();
   check_fits_in_machine_memory(config.model_bytes(), "a GPT of " + config.describe(),
                                "Use a smaller configuration (layers, hidden, sequence, vocabulary).");
-  wte = register_module("wte", torch::nn::Embedding(config.vocabulary, config.hidden));
-  wpe = register_module("wpe", torch::nn::Embedding(config.sequence, config.hidden));
-  for (int64_t i = 0; i < config.layers; ++i) {
+  wte = register_module("wte", torch::nn::Embedding(config.vocabulary(), config.hidden()));
+  wpe = register_module("wpe", torch::nn::Embedding(config.sequence(), config.hidden()));
+  for (int64_t i = 0; i < config.layers(); ++i) {
     blocks.push_back(register_module("block" + std::to_string(i), GptBlock(config)));
   }
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden})));
-  head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden, config.vocabulary).bias(false)));
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden()})));
+  head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden(), config.vocabulary()).bias(false)));
 
   // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·layers).
   torch::NoGradGuard no_grad;
@@ -207,17 +207,17 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
       continue;
     }
     const bool residual = name.find("proj.weight") != std::string::npos || name.find("fc2.weight") != std::string::npos;
-    torch::nn::init::normal_(p.value(), 0.0, residual ? 0.02 / std::sqrt(2.0 * config.layers) : 0.02);
+    torch::nn::init::normal_(p.value(), 0.0, residual ? 0.02 / std::sqrt(2.0 * config.layers()) : 0.02);
   }
 }
 
 at::Tensor GptImpl::embed(const at::Tensor& tokens) {
   REMAT_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, "the GPT takes int64 tokens of shape (B, T).");
   const int64_t T = tokens.size(1);
-  REMAT_CHECK(T <= config_.sequence, "the GPT was built for sequences of ", config_.sequence, " tokens, got ", T, ".");
+  REMAT_CHECK(T <= config_.sequence(), "the GPT was built for sequences of ", config_.sequence(), " tokens, got ", T, ".");
   at::Tensor positions = torch::arange(T, tokens.options());         // (T)
   at::Tensor x = wte(tokens) + wpe(positions);                        // (B,T,C)
-  return F::dropout(x, F::DropoutFuncOptions().p(config_.dropout).training(is_training()));
+  return F::dropout(x, F::DropoutFuncOptions().p(config_.dropout()).training(is_training()));
 }
 
 at::Tensor GptImpl::logits(const at::Tensor& x) { return head(ln_f(x)); }

@@ -32,13 +32,13 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
 }
 
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source) {
-  REMAT_CHECK(costs.layers() == config.layers, source, ": describes a model with ", costs.layers(),
-              " layers but ", field("GptConfig::layers"), " is ", config.layers, ".");
-  const int64_t boundary = batch * config.sequence * config.hidden * 4;  // fp32 (B,T,C)
+  REMAT_CHECK(costs.layers() == config.layers(), source, ": describes a model with ", costs.layers(),
+              " layers but ", field("GptConfig::layers"), " is ", config.layers(), ".");
+  const int64_t boundary = batch * config.sequence() * config.hidden() * 4;  // fp32 (B,T,C)
   REMAT_CHECK(costs.half.stages.front().output_bytes == boundary, source,
               ": was made for another model or batch: its activations between stages are ",
               costs.half.stages.front().output_bytes, " bytes, but ", field("batch"), " ", batch, " x ", field("GptConfig::sequence"), " ",
-              config.sequence, " x ", field("GptConfig::hidden"), " ", config.hidden, " x 4 bytes = ", boundary,
+              config.sequence(), " x ", field("GptConfig::hidden"), " ", config.hidden(), " x 4 bytes = ", boundary,
               ". Profile this model and batch again.");
 }
 

@@ -1,5 +1,7 @@
 #include "detail/saved_versions.h"
 
+#include "detail/tensor_text.h"
+
 #include "remat/error.h"
 
 namespace remat::detail {
@@ -18,8 +20,8 @@ void SavedVersions::record(const at::Tensor& tensor) {
 void SavedVersions::check(const std::string& checkpoint_name) const {
   for (const Entry& entry : entries_) {
     const uint32_t now = entry.counter.current_version();
-    REMAT_CHECK(now == entry.version, "checkpoint '", checkpoint_name, "': a ", entry.dtype,
-                c10::IntArrayRef(entry.sizes), " tensor that the function saved for backward (an input, a parameter, ",
+    REMAT_CHECK(now == entry.version, "checkpoint '", checkpoint_name, "': a ",
+                tensor_text(c10::IntArrayRef(entry.sizes), entry.dtype), " tensor that the function saved for backward (an input, a parameter, ",
                 "a captured tensor or a result) was modified in place after the forward (its version is ", now,
                 ", the forward saw ", entry.version,
                 "), so the recompute would read the new values and give wrong gradients. Change it only after "

@@ -11,11 +11,7 @@ namespace remat::testing {
 
 inline models::GptConfig tiny_gpt(int64_t layers, int64_t sequence) {
   models::GptConfig c;
-  c.layers = layers;
-  c.hidden = 32;
-  c.heads = 4;
-  c.sequence = sequence;
-  c.dropout = 0.1;
+  c.layers(layers).hidden(32).heads(4).sequence(sequence).dropout(0.1);
   return c;
 }
 

@@ -85,7 +85,7 @@ BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Stra
   const bool none_listed = none_it != strategies.end();
   BenchMeasurements measured;
   measured.none_index = none_listed ? static_cast<size_t>(none_it - strategies.begin()) : plans.size();
-  if (!none_listed) plans.push_back(Plan::plain(models::GptChainShape(options.model.layers, "block")));
+  if (!none_listed) plans.push_back(Plan::plain(models::GptChainShape(options.model.layers(), "block")));
 
   std::cerr << "measuring " << plans.size() << " strategies: one warm-up round, then " << flags.steps
             << " interleaved rounds (" << model_title(options) << ")\n";
@@ -238,7 +238,7 @@ void run_bench(BenchFlags& flags) {
   const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
   const ModelCosts costs = strategy_costs(flags);
   BenchResults r;
-  r.strategies = make_strategies(&costs, options.model.layers, policies, budgets, flags.slots, flags.checkpoint_modes);
+  r.strategies = make_strategies(&costs, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   r.threads = set_cpu_threads(options.threads);

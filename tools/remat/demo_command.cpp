@@ -49,7 +49,7 @@ void run_demo(DemoFlags& flags) {
     int64_t steps;
     int threads;
     uint64_t seed;
-  } o{m.layers, m.hidden, flags.model.options.batch, m.sequence, m.dropout, flags.measure_steps,
+  } o{m.layers(), m.hidden(), flags.model.options.batch, m.sequence(), m.dropout(), flags.measure_steps,
       flags.model.options.threads, flags.model.options.seed};
   REMAT_CHECK(o.layers >= 1 && o.layers <= 1024, "--layers must be in [1, 1024], got ", o.layers, ".");
   REMAT_CHECK(o.channels >= 1 && o.channels <= 65536, "--hidden must be in [1, 65536], got ", o.channels, ".");
@@ -124,8 +124,8 @@ void add_demo_command(CLI::App& app) {
   CLI::App* demo = app.add_subcommand("demo", "Show the memory checkpointing saves on a stack of residual layers");
   flags->model.add_to(*demo, ModelUse::stack);
   auto& o = flags->model.options;
-  add_old_spelling(*demo, "--channels", "--hidden", o.model.hidden);
-  add_old_spelling(*demo, "--tokens", "--seq", o.model.sequence);
+  add_old_spelling(*demo, "--channels", "--hidden", o.model.hidden());
+  add_old_spelling(*demo, "--tokens", "--seq", o.model.sequence());
   add_measure_steps_option(*demo, flags->measure_steps, "Measured rounds after one warm-up (each strategy one step per round)");
   add_old_spelling(*demo, "--steps", "--measure-steps", flags->measure_steps);
   add_json_flag(*demo, flags->json);

@@ -42,7 +42,7 @@ void run_estimate(EstimateFlags& flags) {
   const models::GptEstimate est = models::estimate_gpt(f.model, half_options);
   const ModelCosts costs{est.costs};
 
-  const int64_t s = f.model.sequence, b = f.options.batch, h = f.model.hidden, a = f.model.heads;
+  const int64_t s = f.model.sequence(), b = f.options.batch, h = f.model.hidden(), a = f.model.heads();
   out << "remat estimate: GPT " << f.model.describe() << ", batch " << b << ", " << f.options.dtype
             << " activations, dropout masks of " << (f.options.dropout_mask_bytes > 0 ? f.options.dropout_mask_bytes : models::element_bytes(f.options.dtype))
             << " byte(s)\n\none block, what each operation keeps for backward under options full and fused:\n";
@@ -69,7 +69,7 @@ void run_estimate(EstimateFlags& flags) {
   const int64_t unchecked = costs.unchecked_peak_bytes();
   const int64_t least = least_feasible_budget(costs.half);
   const double none_seconds = costs.unchecked().step_seconds;
-  out << "\nwhole model, " << f.model.layers << " layers: activation peak per policy (the simulator on these costs; "
+  out << "\nwhole model, " << f.model.layers() << " layers: activation peak per policy (the simulator on these costs; "
             << "times from FLOPs at " << fixed(f.options.flops_per_second / 1e12, 2) << " TFLOP/s):\n";
   Table policies({"policy", "activation peak GiB", "vs none", "time overhead"});
   policies.add_row({"none", gib(unchecked), "100.0%", "+0.0%"});

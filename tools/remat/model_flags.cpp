@@ -16,16 +16,16 @@ void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string
     if (use == ModelUse::estimate || p.runnable) preset_help += "\n  " + p.name + ": " + p.description;
   }
   command.add_option("--preset", preset, preset_help)->group("Model");
-  command.add_option("--layers", m.layers, "Transformer blocks (residual layers for demo)")->capture_default_str()->group("Model");
-  command.add_option("--hidden", m.hidden, "Hidden size: channels per token")->capture_default_str()->group("Model");
+  command.add_option("--layers", m.layers(), "Transformer blocks (residual layers for demo)")->capture_default_str()->group("Model");
+  command.add_option("--hidden", m.hidden(), "Hidden size: channels per token")->capture_default_str()->group("Model");
   if (use != ModelUse::stack) {
-    command.add_option("--heads", m.heads, "Attention heads (must divide --hidden)")->capture_default_str()->group("Model");
+    command.add_option("--heads", m.heads(), "Attention heads (must divide --hidden)")->capture_default_str()->group("Model");
   }
-  command.add_option("--seq", m.sequence, "Sequence length, tokens (bytes of text)")->capture_default_str()->group("Model");
-  command.add_option("--dropout", m.dropout, "Dropout probability, 0 to 1")->capture_default_str()->group("Model");
+  command.add_option("--seq", m.sequence(), "Sequence length, tokens (bytes of text)")->capture_default_str()->group("Model");
+  command.add_option("--dropout", m.dropout(), "Dropout probability, 0 to 1")->capture_default_str()->group("Model");
   command.add_option("--batch", options.batch, "Sequences per step")->capture_default_str()->group("Model");
   if (use == ModelUse::estimate) {
-    command.add_option("--vocab", m.vocabulary, "Vocabulary size, tokens")->capture_default_str()->group("Model");
+    command.add_option("--vocab", m.vocabulary(), "Vocabulary size, tokens")->capture_default_str()->group("Model");
     command.add_option("--dtype", dtype, "Activation dtype: fp32, bf16 or fp16")
         ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->group("Model");
     return;
@@ -65,12 +65,12 @@ void ModelFlags::apply_preset() {
     if (option != nullptr && option->count() == 0) field = value;
   };
   auto& m = options.model;
-  set("--layers", m.layers, p.model.layers);
-  set("--hidden", m.hidden, p.model.hidden);
-  set("--heads", m.heads, p.model.heads);
-  set("--seq", m.sequence, p.model.sequence);
-  set("--vocab", m.vocabulary, p.model.vocabulary);
-  set("--dropout", m.dropout, p.model.dropout);
+  set("--layers", m.layers(), p.model.layers());
+  set("--hidden", m.hidden(), p.model.hidden());
+  set("--heads", m.heads(), p.model.heads());
+  set("--seq", m.sequence(), p.model.sequence());
+  set("--vocab", m.vocabulary(), p.model.vocabulary());
+  set("--dropout", m.dropout(), p.model.dropout());
   set("--batch", options.batch, p.batch);
   set("--dtype", dtype, p.dtype);
   if (p.steps) set("--steps", options.steps, *p.steps);

@@ -51,7 +51,7 @@ void run_policy_plan(PlanFlags& flags) {
   config.validate();
   const std::string policy = flags.policy.empty() ? "block" : flags.policy;
   const PlanRequest request = PlanRequest::of_policy(policy).mode(flags.model.options.checkpoint_mode);
-  const Plan plan = models::gpt_choose_plan(request, config.layers).plan;
+  const Plan plan = models::gpt_choose_plan(request, config.layers()).plan;
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
@@ -187,7 +187,7 @@ void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetResult>
   for (const auto& o : results.front().others) {
     if (o.planner == PlannerKind::policy) policies.push_back({o.name, o.plan});
   }
-  const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers, "block"));
+  const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers(), "block"));
   const MeasuredComparison c = compare_measured(unchecked, optimal, policies, [&](const std::vector<Plan>& plans) {
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
     return train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);

@@ -21,7 +21,7 @@ SampleModel make_sample_model(const train::TrainOptions& options) {
   set_cpu_threads(options.threads);
   const train::Corpus corpus = options.data_file.empty() ? train::Corpus::from_fortunes(options.corpus_dir)
                                                          : train::Corpus::from_file(options.data_file);
-  train::BatchSampler sampler(corpus, options.batch, options.model.sequence, options.seed);
+  train::BatchSampler sampler(corpus, options.batch, options.model.sequence(), options.seed);
   SampleModel sample;
   std::tie(sample.tokens, sample.targets) = sampler.next();
   torch::manual_seed(options.seed);

@@ -109,15 +109,15 @@ std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vec
 
 std::string model_title(const train::TrainOptions& o) {
   const auto& m = o.model;
-  return "GPT " + std::to_string(m.layers) + " layers, hidden " + std::to_string(m.hidden) + ", " +
-         std::to_string(m.heads) + " heads, seq " + std::to_string(m.sequence) + ", batch " + std::to_string(o.batch) +
-         ", dropout " + fixed(m.dropout, 2) + ", fp32";
+  return "GPT " + std::to_string(m.layers()) + " layers, hidden " + std::to_string(m.hidden()) + ", " +
+         std::to_string(m.heads()) + " heads, seq " + std::to_string(m.sequence()) + ", batch " + std::to_string(o.batch) +
+         ", dropout " + fixed(m.dropout(), 2) + ", fp32";
 }
 
 CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
   flags.model.apply_preset();
   flags.model.options.model.validate();
-  CheckedStrategies checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers),
+  CheckedStrategies checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers()),
                             budget_list(flags.budgets)};
   REMAT_CHECK(!checked.policies.empty() || !checked.budgets.empty(), "nothing to run: give --policies or --budget.");
   return checked;

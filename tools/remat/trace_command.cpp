@@ -22,7 +22,7 @@ void run_trace(StrategyFlags& flags) {
   std::ostream& human = human_output(flags.json);
   std::optional<ModelCosts> costs;
   if (!budgets.empty()) costs = strategy_costs(flags);
-  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers, policies, budgets, flags.slots, flags.checkpoint_modes);
+  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   std::cerr << "warming up " << strategies.size() << " strategies...\n";

@@ -92,7 +92,7 @@ class StepServer {
   // The request's plan on the chain of its granularity, chosen as every subcommand chooses one.
   std::pair<models::GptChain*, Plan> chosen(const PlanRequest& request) {
     models::GptChain& chain = models::gpt_request_granularity(request) == "half" ? half_chain_ : block_chain_;
-    Plan plan = models::gpt_choose_plan(request, chain.model()->config().layers).plan;
+    Plan plan = models::gpt_choose_plan(request, chain.model()->config().layers()).plan;
     plan.bind_to(chain);
     return {&chain, std::move(plan)};
   }

@@ -7,12 +7,7 @@ namespace {
 
 models::GptConfig gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t sequence, int64_t vocabulary, double dropout) {
   models::GptConfig c;
-  c.layers = layers;
-  c.hidden = hidden;
-  c.heads = heads;
-  c.sequence = sequence;
-  c.vocabulary = vocabulary;
-  c.dropout = dropout;
+  c.layers(layers).hidden(hidden).heads(heads).sequence(sequence).vocabulary(vocabulary).dropout(dropout);
   return c;
 }
 

@@ -34,7 +34,7 @@ nlohmann::json corpus_json(const Corpus& corpus) {
 
 void check_options(const TrainOptions& o) {
   o.model.validate();
-  REMAT_CHECK(o.model.vocabulary == 256, "the byte-level corpus needs ", field("GptConfig::vocabulary"), " 256, got ", o.model.vocabulary, ".");
+  REMAT_CHECK(o.model.vocabulary() == 256, "the byte-level corpus needs ", field("GptConfig::vocabulary"), " 256, got ", o.model.vocabulary(), ".");
   REMAT_CHECK(o.batch >= 1, field("TrainOptions::batch"), " must be at least 1, got ", o.batch, ".");
   REMAT_CHECK(o.lr > 0 && o.lr < 10, field("TrainOptions::lr"), " must be in (0, 10), got ", o.lr, ".");
   REMAT_CHECK(o.warmup_steps >= 0, field("TrainOptions::warmup_steps"), " must be >= 0, got ", o.warmup_steps, ".");
@@ -61,7 +61,7 @@ void check_fits_in_memory(const TrainOptions& o, const PlanRequest& request) {
   const double activations =
       request.kind() == PlanRequest::Kind::budget
           ? static_cast<double>(std::min(unchecked, request.budget().to_bytes(unchecked)))
-          : static_cast<double>(estimated.predict(models::gpt_choose_plan(request, o.model.layers).plan).peak_bytes);
+          : static_cast<double>(estimated.predict(models::gpt_choose_plan(request, o.model.layers()).plan).peak_bytes);
   models::check_gpt_run_fits_in_memory(o.model, activations, /*optimizer_moments=*/2);  // AdamW
 }
 
@@ -161,7 +161,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
   // The global batch: the same sequences at every step whatever the number of ranks.
-  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence,
+  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence(),
                                             options_.seed);
 
   if (!options_.resume_dir.empty()) {
@@ -189,7 +189,7 @@ void Trainer::choose_plan(const PlanRequest& request) {
     plan_source_ = "optimal for budget " + options_.budget + " per rank (planned by rank 0)";
   } else {
     const ChosenPlan chosen =
-        models::gpt_choose_plan(request, options_.model.layers, [this] { return profile_first_batch(); });
+        models::gpt_choose_plan(request, options_.model.layers(), [this] { return profile_first_batch(); });
     plan_ = chosen.plan;
     plan_source_ = chosen.source;
     budget_plan_ = chosen.planned;
@@ -202,7 +202,7 @@ void Trainer::choose_plan(const PlanRequest& request) {
 models::GptCosts Trainer::profile_first_batch() const {
   // The run's first batch (a sampler of its own: the run's batches are unchanged); profiling leaves
   // the model, its gradients and the RNG as they were.
-  BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);
+  BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);
   const auto [tokens, targets] = first.next();
   return models::profile_gpt(model_, tokens, targets, options_.profile_repeats, options_.checkpoint_mode);
 }
@@ -274,7 +274,7 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
 }
 
 PlanVerification Trainer::verify() {
-  BatchSampler first(*corpus_, options_.batch, options_.model.sequence, options_.seed);  // the run's batches unchanged
+  BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);  // the run's batches unchanged
   auto [tokens, targets] = first.next();
   chain_->set_targets(targets);
   return verify_plan(*chain_, plan_, tokens);
@@ -300,7 +300,7 @@ std::string Trainer::sample(const std::string& prompt, int64_t length, uint64_t 
   at::Generator generator = at::detail::createCPUGenerator(seed);
   std::string text = prompt;
   for (int64_t i = 0; i < length; ++i) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(text.size()), options_.model.sequence);
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(text.size()), options_.model.sequence());
     at::Tensor tokens = torch::empty({1, T}, torch::kLong);
     for (int64_t t = 0; t < T; ++t) tokens[0][t] = static_cast<unsigned char>(text[text.size() - T + t]);
     at::Tensor x = model_->embed(tokens);

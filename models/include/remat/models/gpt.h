@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <torch/arg.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/dropout.h>
 #include <torch/nn/modules/embedding.h>
@@ -66,13 +67,22 @@ bool recomputes_matmul_inputs(Keep keep);
 /// Whether `keep` uses remat's fused attention and regenerated dropout.
 bool is_fused(Keep keep);
 
+/// GptConfig().layers(12).hidden(768).heads(12): the defaults are the reference workload's.
 struct GptConfig {
-  int64_t layers = 8;
-  int64_t hidden = 256;
-  int64_t heads = 8;
-  int64_t sequence = 256;
-  int64_t vocabulary = 256;
-  double dropout = 0.1;
+  /// Transformer blocks.
+  TORCH_ARG(int64_t, layers) = 8;
+  /// Channels C of the residual stream.
+  TORCH_ARG(int64_t, hidden) = 256;
+  /// Attention heads NH; must divide hidden.
+  TORCH_ARG(int64_t, heads) = 8;
+  /// Tokens T per sequence (the positional table's length).
+  TORCH_ARG(int64_t, sequence) = 256;
+  /// Tokens V of the vocabulary.
+  TORCH_ARG(int64_t, vocabulary) = 256;
+  /// Dropout probability after the embedding, on attention probabilities and on both residual branches.
+  TORCH_ARG(double, dropout) = 0.1;
+
+ public:
 
   /// Throws a clear error for impossible configurations (heads not dividing hidden, sizes beyond
   /// any machine: more than 100,000 layers, a hidden size, sequence or vocabulary over 2^24, ...).
