@@ -413,13 +413,19 @@ StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_b
   mean.parameter_bytes = average_bytes([](const StageCost& s) { return s.parameter_bytes; });
   mean.nograd_seconds = average([](const StageCost& s) { return s.nograd_seconds; });
   mean.nograd_extra_bytes = average_bytes([](const StageCost& s) { return s.nograd_extra_bytes; });
+  // The default option's costs, and where it ends a recomputed segment, each averaged.
+  auto mean_run = [&](auto run_of) {
+    StageRunCost r;
+    r.forward_seconds = average([&](const StageCost& s) { return run_of(s).forward_seconds; });
+    r.backward_seconds = average([&](const StageCost& s) { return run_of(s).backward_seconds; });
+    r.kept_bytes = average_bytes([&](const StageCost& s) { return run_of(s).kept_bytes; });
+    r.forward_extra_bytes = average_bytes([&](const StageCost& s) { return run_of(s).forward_extra_bytes; });
+    r.backward_extra_bytes = average_bytes([&](const StageCost& s) { return run_of(s).backward_extra_bytes; });
+    return r;
+  };
   StageOptionCost o = members.front()->options.front();
-  o.forward_seconds = average([](const StageCost& s) { return s.options.front().forward_seconds; });
-  o.backward_seconds = average([](const StageCost& s) { return s.options.front().backward_seconds; });
-  o.kept_bytes = average_bytes([](const StageCost& s) { return s.options.front().kept_bytes; });
-  o.forward_extra_bytes = average_bytes([](const StageCost& s) { return s.options.front().forward_extra_bytes; });
-  o.backward_extra_bytes = average_bytes([](const StageCost& s) { return s.options.front().backward_extra_bytes; });
-  o.graph_only.reset();
+  static_cast<StageRunCost&>(o) = mean_run([](const StageCost& s) -> const StageRunCost& { return s.options.front(); });
+  o.graph_only = mean_run([](const StageCost& s) -> const StageRunCost& { return s.options.front().at_segment_end(); });
   mean.options = {o};
   return mean;
 }
@@ -455,13 +461,35 @@ PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const Plan
     uniform.stages[i].options.resize(1);
   }
   const OptimalPlanner planner(uniform, options, std::max<int64_t>(result.budget_bytes, 1));
-  const PlanResult chosen = planner.plan(result.budget_bytes);
   if (!planner.least_memory_plan().items.empty()) {
     result.least_feasible_budget_bytes = simulate(planner.least_memory_plan(), costs).peak_bytes;
   }
+  // The uniform chain misjudges the real one's peak: as a user of Revolve picks fewer snapshots
+  // until the schedule fits, take the largest uniform budget whose plan, costed on the real chain,
+  // fits the budget (one table answers every uniform budget; bisection, a few dozen backtracks).
+  auto costed = [&](int64_t uniform_budget) {
+    PlanResult on_real = planner.plan(uniform_budget);
+    if (on_real.feasible) on_real.prediction = simulate(on_real.plan, costs);
+    return on_real;
+  };
+  PlanResult chosen = costed(result.budget_bytes);
+  if (chosen.feasible && chosen.prediction.peak_bytes > result.budget_bytes) {
+    int64_t fits = -1, too_big = result.budget_bytes;
+    for (int64_t low = std::max<int64_t>(planner.least_feasible_budget_bytes(), 0); low < too_big;) {
+      const int64_t mid = low + (too_big - low) / 2;
+      const PlanResult at_mid = costed(mid);
+      if (at_mid.feasible && at_mid.prediction.peak_bytes <= result.budget_bytes) {
+        fits = mid;
+        low = mid + 1;
+      } else {
+        too_big = mid;
+      }
+    }
+    if (fits >= 0) chosen = costed(fits);
+  }
   if (chosen.feasible) {
     result.plan = chosen.plan;
-    result.prediction = simulate(result.plan, costs);  // costed on the real chain: it may not fit
+    result.prediction = chosen.prediction;
     result.feasible = result.prediction.peak_bytes <= result.budget_bytes;
   }
   result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
