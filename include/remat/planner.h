@@ -77,8 +77,8 @@ PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const Plan
 int64_t least_feasible_budget(const CostTable& costs, const PlannerOptions& options = {});
 
 /// Revolve (Griewank & Walther's binomial checkpointing) for homogeneous chains: the optimal plan
-/// for the chain with every block stage's cost replaced by the mean block stage's, costed on the
-/// real chain (so it may not fit after all).
+/// for the chain with every block stage's cost replaced by the mean block stage's, at the largest
+/// uniform budget whose plan, costed on the real chain, fits the budget.
 PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
 
 /// Chen et al.'s greedy-for-budget: runs of block stages are cut into checkpointed segments
