@@ -40,7 +40,7 @@ void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tenso
   remat::PlanResult planned = remat::plan_for_budget(chain, x, "50%");
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
             << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
-            << ", overhead " << remat_examples::percent(planned.predicted_overhead()) << "\n";
+            << ", overhead " << remat::percent(planned.predicted_overhead()) << "\n";
   torch::optim::Adam adam(net->parameters(), 1e-4);
   for (int step = 1; step <= 3; ++step) {
     adam.zero_grad();

@@ -3,13 +3,13 @@
 #include "remat/memory.h"
 
 #include <algorithm>
-#include <iomanip>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "detail/json_fields.h"
 #include "remat/error.h"
+#include "remat/internal/table.h"
 
 namespace remat {
 
@@ -233,41 +233,25 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
 }
 
 std::string CostTable::to_table() const {
-  std::ostringstream os;
-  auto mib = [](int64_t b) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << mebibytes(b);
-    return s.str();
-  };
-  auto ms = [](double seconds) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << seconds * 1e3;
-    return s.str();
-  };
-  os << "costs (" << source << "), sizes in MiB, times in ms\n";
-  size_t name_width = 10, option_width = 15;  // widened for longer names, so columns stay apart
-  for (const auto& s : stages) {
-    name_width = std::max(name_width, s.name.size() + 1);
-    for (const auto& o : s.options) option_width = std::max(option_width, o.option.size() + 1);
-  }
-  const int nw = static_cast<int>(name_width), ow = static_cast<int>(option_width);
-  os << std::left << std::setw(nw) << "stage" << std::setw(ow) << "option" << std::right << std::setw(9) << "output"
-     << std::setw(9) << "kept" << std::setw(9) << "fwd+" << std::setw(9) << "bwd+" << std::setw(9) << "nograd+"
-     << std::setw(9) << "fwd ms" << std::setw(9) << "bwd ms" << std::setw(10) << "nograd ms" << std::setw(9)
-     << "end fwd" << std::setw(9) << "end kept" << "\n";
+  auto mib = [](int64_t bytes) { return fixed(mebibytes(bytes), 2); };
+  auto ms = [](double seconds) { return fixed(seconds * 1e3, 2); };
+  Table table({"stage", "option", "output", "kept", "fwd+", "bwd+", "nograd+", "fwd ms", "bwd ms", "nograd ms",
+               "end fwd", "end kept"});
   int64_t total_kept = 0;
   for (const auto& s : stages) {
     for (size_t i = 0; i < s.options.size(); ++i) {
       const auto& o = s.options[i];
-      os << std::left << std::setw(nw) << (i == 0 ? s.name : "") << std::setw(ow) << o.option << std::right
-         << std::setw(9) << (i == 0 ? mib(s.output_bytes) : "") << std::setw(9) << mib(o.kept_bytes) << std::setw(9)
-         << mib(o.forward_extra_bytes) << std::setw(9) << mib(o.backward_extra_bytes) << std::setw(9)
-         << (i == 0 ? mib(s.nograd_extra_bytes) : "") << std::setw(9) << ms(o.forward_seconds) << std::setw(9)
-         << ms(o.backward_seconds) << std::setw(10) << (i == 0 ? ms(s.nograd_seconds) : "") << std::setw(9)
-         << ms(o.at_segment_end().forward_seconds) << std::setw(9) << mib(o.at_segment_end().kept_bytes) << "\n";
+      const bool first = i == 0;  // the stage's own columns once, on its default option's row
+      table.add_row({first ? s.name : "", o.option, first ? mib(s.output_bytes) : "", mib(o.kept_bytes),
+                     mib(o.forward_extra_bytes), mib(o.backward_extra_bytes), first ? mib(s.nograd_extra_bytes) : "",
+                     ms(o.forward_seconds), ms(o.backward_seconds), first ? ms(s.nograd_seconds) : "",
+                     ms(o.at_segment_end().forward_seconds), mib(o.at_segment_end().kept_bytes)});
     }
     total_kept += s.options.front().kept_bytes;
   }
+  std::ostringstream os;
+  os << "costs (" << source << "), sizes in MiB, times in ms\n";
+  table.print(os);
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
   os << "end fwd, end kept: as the last stage of a recomputed segment (graph-only: no output computed)\n";
   return os.str();

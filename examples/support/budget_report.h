@@ -18,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
+#include "remat/internal/table.h"
 #include "remat/plan_comparison.h"
 #include "remat/memory.h"
 #include "remat/plan_measurement.h"
@@ -39,12 +40,6 @@ struct ReportOptions {
 inline std::string ratio_text(double ratio) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f %s", ratio, ratio <= 1.0 ? "(<=)" : "(>)");
-  return text;
-}
-
-inline std::string percent(double fraction) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%+.1f%%", 100.0 * fraction);
   return text;
 }
 
@@ -102,40 +97,41 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes) << ", measured "
             << remat::format_bytes(none.activation_peak_bytes) << ", step " << none.step_seconds << " s\n\n";
 
-  std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-10s %s\n", "budget", "predicted", "measured", "error",
-              "pred. ovh", "meas. ovh", "best generic that fits", "its ovh", "DP/it", "gradients");
+  remat::Table budgets({"budget", "predicted", "measured", "error", "pred. ovh", "meas. ovh", "best generic that fits",
+                        "its ovh", "DP/it", "gradients"});
   for (size_t b = 0; b < c.budgets.size(); ++b) {
     const remat::BudgetComparison& bc = c.budgets[b];
     const remat::PlanResult& p = bc.optimal;
     const remat::PlanMeasurement& m = bc.measured.measured;
     const std::string best_name = bc.best_policy ? c.policies[*bc.best_policy].name : "(none fits)";
-    // DP against the best generic: paired too, so "yes" means its step was the faster in most rounds.
+    // DP against the best generic: paired too, so "<=" means its step was the faster in most rounds.
     const remat::PlanVerification v = remat::verify_plan(chain, p.plan, x);
     failures += bc.fits ? 0 : 1;
     failures += v.bitwise_equal() ? 0 : 1;
     const double error = static_cast<double>(p.prediction.peak_bytes - m.activation_peak_bytes) /
                          static_cast<double>(m.activation_peak_bytes);
-    std::printf("%-7s %-11s %-11s %-8s %-10s %-10s %-22s %-10s %-10s %s\n", options.budgets[b].c_str(),
-                remat::format_bytes(p.prediction.peak_bytes).c_str(),
-                (remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!")).c_str(), percent(error).c_str(),
-                percent(p.predicted_overhead()).c_str(), percent(bc.measured.overhead).c_str(), best_name.c_str(),
-                bc.best_policy ? percent(c.policies[*bc.best_policy].overhead).c_str() : "-",
-                bc.best_policy ? ratio_text(bc.ratio_to_best_policy).c_str() : "-",
-                v.bitwise_equal() ? "bitwise equal" : ("DIFFER " + std::to_string(v.max_gradient_difference())).c_str());
-    std::cout << "        plan: " << p.plan.to_string() << "\n";
+    budgets.add_row({options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
+                     remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), remat::percent(error),
+                     remat::percent(p.predicted_overhead()), remat::percent(bc.measured.overhead), best_name,
+                     bc.best_policy ? remat::percent(c.policies[*bc.best_policy].overhead) : "-",
+                     bc.best_policy ? ratio_text(bc.ratio_to_best_policy) : "-",
+                     v.bitwise_equal() ? "bitwise equal" : "DIFFER " + std::to_string(v.max_gradient_difference())});
+  }
+  budgets.print(std::cout);
+  for (size_t b = 0; b < c.budgets.size(); ++b) {
+    std::cout << "plan at " << options.budgets[b] << ": " << c.budgets[b].optimal.plan.to_string() << "\n";
   }
   std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(none.activation_peak_bytes) << "):\n";
-  std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", "policy", "predicted", "measured", "of none", "pred. ovh",
-              "meas. ovh");
+  remat::Table generic({"policy", "predicted", "measured", "of none", "pred. ovh", "meas. ovh"});
   const double none_predicted = optimal.front().unchecked.step_seconds;
   for (size_t i = 0; i < policies.size(); ++i) {
     const remat::Prediction predicted = remat::simulate(policies[i].plan, costs);
     const int64_t peak = c.policies[i].measured.activation_peak_bytes;
-    std::printf("  %-20s %-11s %-11s %-8s %-10s %s\n", policies[i].name.c_str(),
-                remat::format_bytes(predicted.peak_bytes).c_str(), remat::format_bytes(peak).c_str(),
-                (std::to_string(static_cast<int>(100.0 * static_cast<double>(peak) / none_peak)) + "%").c_str(),
-                percent(predicted.step_seconds / none_predicted - 1).c_str(), percent(c.policies[i].overhead).c_str());
+    generic.add_row({policies[i].name, remat::format_bytes(predicted.peak_bytes), remat::format_bytes(peak),
+                     std::to_string(static_cast<int>(100.0 * static_cast<double>(peak) / none_peak)) + "%",
+                     remat::percent(predicted.step_seconds / none_predicted - 1), remat::percent(c.policies[i].overhead)});
   }
+  generic.print(std::cout);
 
   // Training: the same steps unchecked and under the plan for `train_budget`, from the same
   // initialisation and RNG seeds: parameters and buffers (running statistics) must match exactly.
@@ -193,16 +189,17 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
   const auto measured = remat::measure_plans(chain, plans, x, options.measured_steps);
-  std::printf("%-14s %-14s %-12s %-12s %-12s %s\n", "strategy", "mode", "peak", "predicted", "overhead", "gradients");
+  remat::Table modes({"strategy", "mode", "peak", "predicted", "overhead", "gradients"});
   for (size_t i = 0; i < plans.size(); ++i) {
     const remat::PlanVerification v = remat::verify_plan(chain, plans[i], x);
     failures += v.bitwise_equal() ? 0 : 1;
     const double overhead = i == 0 ? 0.0 : remat::paired_time_ratio(measured[i], measured[0]) - 1;
-    std::printf("%-14s %-14s %-12s %-12s %-12s %s\n", names[i].c_str(), i == 0 ? "-" : remat::to_string(plans[i].mode),
-                remat::format_bytes(measured[i].activation_peak_bytes).c_str(),
-                remat::format_bytes(remat::simulate(plans[i], costs).peak_bytes).c_str(), percent(overhead).c_str(),
-                v.bitwise_equal() ? "bitwise equal" : "DIFFER");
+    modes.add_row({names[i], i == 0 ? "-" : remat::to_string(plans[i].mode),
+                   remat::format_bytes(measured[i].activation_peak_bytes),
+                   remat::format_bytes(remat::simulate(plans[i], costs).peak_bytes), remat::percent(overhead),
+                   v.bitwise_equal() ? "bitwise equal" : "DIFFER"});
   }
+  modes.print(std::cout);
   std::cout << "unchecked step " << measured[0].step_seconds << " s (median)\n";
   std::cout << (failures == 0 ? "all checks passed" : std::to_string(failures) + " checks FAILED") << "\n";
   return failures == 0 ? 0 : 1;

@@ -25,7 +25,7 @@
 #include "remat/plan_measurement.h"
 #include "strategies.h"
 #include "remat/train/config_json.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

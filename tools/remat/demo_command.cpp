@@ -22,7 +22,7 @@
 #include "remat/internal/process.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "planning.h"
 #include "remat/error.h"
 #include "remat/models/estimator.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

@@ -19,7 +19,7 @@
 #include "remat/plan_comparison.h"
 #include "remat/plan_measurement.h"
 #include "remat/train/corpus.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "remat/internal/files.h"
-#include "table.h"
+#include "remat/internal/table.h"
 #include "remat/error.h"
 
 namespace remat::cli {

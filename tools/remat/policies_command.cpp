@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "remat/models/gpt_policies.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 

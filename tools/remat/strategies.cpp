@@ -8,7 +8,7 @@
 #include "remat/memory_timeline.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
 #include "strategies.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

@@ -17,7 +17,7 @@
 #include "remat/internal/statistics.h"
 #include "remat/train/trainer.h"
 #include "remat/train/config_json.h"
-#include "table.h"
+#include "remat/internal/table.h"
 
 namespace remat::cli {
 namespace {

@@ -1,4 +1,5 @@
-// The CLI's one row type: columns declared once, rows of cells that carry a text for people and a
+// remat/internal/table.h — the one table renderer of remat's reports (the CLI's, the cost table's,
+// the examples'): one row type: columns declared once, rows of cells that carry a text for people and a
 // value for machines, rendered as a plain-text table (columns sized to their widest cell, numbers
 // right-aligned), CSV, Markdown or JSON (an array of objects keyed by the columns' keys).
 //
@@ -15,7 +16,7 @@
 
 #include "remat/memory.h"
 
-namespace remat::cli {
+namespace remat {
 
 /// A column: its key (CSV header, JSON field) and its title (table and Markdown header). A plain
 /// string is both. A data column (Column::data) goes to CSV and JSON only: plans, exact numbers.
@@ -70,4 +71,4 @@ std::string percent(double fraction);
 /// "1.254 s", or "3.41 ms" below a tenth of a second.
 std::string format_seconds(double seconds);
 
-}  // namespace remat::cli
+}  // namespace remat

@@ -1,4 +1,4 @@
-#include "table.h"
+#include "remat/internal/table.h"
 
 #include <algorithm>
 #include <cctype>
@@ -8,7 +8,7 @@
 
 #include "remat/error.h"
 
-namespace remat::cli {
+namespace remat {
 
 void Table::add_row(std::vector<Cell> cells) {
   REMAT_CHECK(cells.size() == columns_.size(), "Table: a row of ", cells.size(), " cells for ", columns_.size(),
@@ -123,4 +123,4 @@ std::string format_seconds(double seconds) {
   return fmt::format("{:.{}f} ms", ms, ms < 10 ? 2 : 1);
 }
 
-}  // namespace remat::cli
+}  // namespace remat
