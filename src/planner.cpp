@@ -430,13 +430,13 @@ StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_b
   return mean;
 }
 
-// A classic planner's result at `budget_bytes` for `plan` (empty: none found), costed on `costs`.
-PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options, int64_t budget_bytes) {
+// A classic planner's result before it plans: its kind, the unchecked prediction and the budget.
+PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options, const Budget& budget) {
   PlanResult result;
   result.planner = kind;
   result.name = to_string(kind);
-  result.budget_bytes = budget_bytes;
   result.unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  result.budget_bytes = budget.to_bytes(result.unchecked.peak_bytes);
   return result;
 }
 
@@ -444,8 +444,7 @@ PlanResult classic_result(PlannerKind kind, const CostTable& costs, const Planne
 
 PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  PlanResult result = classic_result(PlannerKind::revolve, costs, options, 0);
-  result.budget_bytes = budget.to_bytes(result.unchecked.peak_bytes);
+  PlanResult result = classic_result(PlannerKind::revolve, costs, options, budget);
   // The homogeneous model Revolve assumes: every block stage costs the mean block stage; stages
   // outside blocks (an embedding, a loss) keep their own costs.
   const std::vector<bool> in_block = block_stages(costs);
@@ -498,8 +497,7 @@ PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const Plan
 
 PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  PlanResult best = classic_result(PlannerKind::chen, costs, options, 0);
-  best.budget_bytes = budget.to_bytes(best.unchecked.peak_bytes);
+  PlanResult best = classic_result(PlannerKind::chen, costs, options, budget);
   const auto n = static_cast<int64_t>(costs.stages.size());
   const std::vector<bool> in_block = block_stages(costs);
   auto kept = [&costs](int64_t i) { return costs.stages[i].options.front().kept_bytes; };

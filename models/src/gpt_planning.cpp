@@ -42,10 +42,6 @@ void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t bat
               ". Profile this model and batch again.");
 }
 
-PlanResult gpt_plan_optimal(const GptCosts& costs, const Budget& budget, const PlannerOptions& options) {
-  return plan_optimal(costs.half, budget, options);
-}
-
 std::string gpt_request_granularity(const PlanRequest& request) {
   switch (request.kind()) {
     case PlanRequest::Kind::policy: return gpt_policy_granularity(request.name());

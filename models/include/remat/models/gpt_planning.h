@@ -33,9 +33,6 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
 /// one activation between stages (batch × sequence × hidden × 4), naming the fields that differ.
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source);
 
-/// The optimal plan (half-block chain) for `budget`, as a status (PlanResult::ensure_feasible throws).
-PlanResult gpt_plan_optimal(const GptCosts& costs, const Budget& budget, const PlannerOptions& options = {});
-
 /// The granularity of the GPT chain a request runs on: its policy's, its plan's (which must be
 /// "block" or "half"), or "half" for a budget (plans are made on the half-block table).
 std::string gpt_request_granularity(const PlanRequest& request);
