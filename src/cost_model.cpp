@@ -48,6 +48,9 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
   const int64_t grad_t = stages[t].output_bytes;
   // Non-reentrant segments add each parameter's gradient into .grad as its node finishes.
   const bool captures = plan.mode == CheckpointMode::reentrant;
+  // A reentrant segment's backward receives δ(t) as its argument and holds it until it returns:
+  // through the backward of every item before its last, not only the last stage's.
+  const int64_t held_grad = in_segment && captures ? grad_t : 0;
   Simulated rest;  // of the items after the current one
   for (size_t i = items.size(); i-- > 0;) {
     const PlanItem& item = items[i];
@@ -63,7 +66,8 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
       const StageRunCost& o = segment_end ? option.at_segment_end() : option;
       const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, first + 1, t) : 0;
       result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
-                             c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured);
+                             c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured +
+                                 (first < t ? held_grad : 0));
       result.seconds = o.forward_seconds + o.backward_seconds;
       if (has_rest) {
         result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
@@ -75,6 +79,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
     // A checkpointed segment [first, e]: a forward that keeps only boundaries, then (after the
     // rest's backward) its inner plan with δ(e) counted.
     const int64_t segment = costs.segment_bytes;
+    result.seconds = costs.segment_seconds();
     for (int64_t k = first; k <= e; ++k) {
       const int64_t held_input = k == first ? 0 : stages[k - 1].output_bytes;
       result.peak =
@@ -90,7 +95,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
     // gradients that one has captured from the stages after e.
     const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, e + 1, t) : 0;
     const Simulated inner = simulate_items(item.segment, e, /*in_segment=*/true, plan, costs);
-    result.peak = std::max(result.peak, 2 * segment + captured + inner.peak);
+    result.peak = std::max(result.peak, 2 * segment + captured + (e < t ? held_grad : 0) + inner.peak);
     result.seconds += inner.seconds;
     rest = result;
   }
@@ -184,7 +189,8 @@ std::string CostTable::to_json() const {
     stages_json.push_back(stage_json);
   }
   return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
-                         {"segment_bytes", segment_bytes}, {"stages", stages_json}})
+                         {"segment_bytes", segment_bytes}, {"segment_forward_seconds", segment_forward_seconds},
+                         {"segment_backward_seconds", segment_backward_seconds}, {"stages", stages_json}})
       .dump(2);
 }
 
@@ -198,6 +204,9 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   table.granularity = top.string("granularity");
   table.source = top.string_or("source", source_name);
   table.segment_bytes = top.bytes_or("segment_bytes", 0);
+  // Absent in tables written before the fixed cost was measured: no charge, as then.
+  if (top.has("segment_forward_seconds")) table.segment_forward_seconds = top.seconds("segment_forward_seconds");
+  if (top.has("segment_backward_seconds")) table.segment_backward_seconds = top.seconds("segment_backward_seconds");
   // Each size is at most 2^53 bytes and so is their sum: no simulation of the table can overflow.
   double total = static_cast<double>(table.segment_bytes);
   const nlohmann::json& stages = top.array("stages");
@@ -252,6 +261,8 @@ std::string CostTable::to_table() const {
   std::ostringstream os;
   os << "costs (" << source << "), sizes in MiB, times in ms\n";
   table.print(os);
+  os << "each checkpointed segment: " << ms(segment_forward_seconds) << " ms forward, " << ms(segment_backward_seconds)
+     << " ms backward by itself, " << fixed(static_cast<double>(segment_bytes) / 1024, 1) << " KiB held\n";
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
   os << "end fwd, end kept: as the last stage of a recomputed segment (graph-only: no output computed)\n";
   return os.str();

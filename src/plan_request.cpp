@@ -67,12 +67,21 @@ ChosenPlan choose_plan(const PlanRequest& request, const PlanSources& sources) {
       REMAT_CHECK(static_cast<bool>(sources.costs), "choose_plan: ", request.describe(),
                   " needs PlanSources::costs, the chain's cost table.");
       const PlannerOptions options = PlannerOptions().mode(request.mode()).memory_slots(request.memory_slots());
-      const PlanResult& planned = chosen.planned.emplace(plan_optimal(sources.costs(), request.budget(), options));
+      const CostTable costs = sources.costs();
+      const PlanResult& planned = chosen.planned.emplace(
+          sources.measure_peak
+              ? plan_verified(costs, request.budget(), options, sources.measure_peak, request.max_replans())
+              : plan_optimal(costs, request.budget(), options));
       planned.ensure_feasible();
       chosen.plan = planned.plan;
       chosen.source = "optimal for budget " + request.name() + " = " + format_bytes(planned.budget_bytes) +
-                      ", predicted peak " + format_bytes(planned.prediction.peak_bytes) + ", overhead " +
-                      std::to_string(static_cast<int>(std::lround(100.0 * planned.predicted_overhead()))) + "%";
+                      ", predicted peak " + format_bytes(planned.prediction.peak_bytes);
+      if (planned.measured_peak_bytes >= 0) {
+        chosen.source += ", measured " + format_bytes(planned.measured_peak_bytes) +
+                         (planned.replans > 0 ? " after " + std::to_string(planned.replans) + " re-plans" : "");
+      }
+      chosen.source += ", overhead " +
+                       std::to_string(static_cast<int>(std::lround(100.0 * planned.predicted_overhead()))) + "%";
       break;
     }
   }

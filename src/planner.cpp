@@ -111,9 +111,11 @@ int64_t longest_segment_within_bounds(int64_t n, int64_t slots, int64_t options)
 
 }  // namespace
 
-int64_t OptimalPlanner::captured_units(int64_t first, int64_t t) const {
-  if (options_.mode() == CheckpointMode::non_reentrant) return 0;  // gradients go to .grad as they come
-  return t < n_ - 1 && first <= t ? parameter_units_before_[t + 1] - parameter_units_before_[first] : 0;
+int64_t OptimalPlanner::held_in_segment_units(int64_t first, int64_t t) const {
+  // Non-reentrant segments add gradients to .grad as they come and free δ(t) once used.
+  if (options_.mode() == CheckpointMode::non_reentrant || t >= n_ - 1 || first > t) return 0;
+  return parameter_units_before_[t + 1] - parameter_units_before_[first] +
+         round_up(costs_.stages[static_cast<size_t>(t)].output_bytes, unit_);
 }
 
 double OptimalPlanner::cost(int64_t s, int64_t t, int64_t m) const {
@@ -184,7 +186,7 @@ void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t se
         const auto& opt = segment_end ? first.end_options[o] : first.options[o];
         const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
                                         first.x + opt.kept + first.input_grad + opt.backward_extra +
-                                            captured_units(s + 1, t));
+                                            held_in_segment_units(s + 1, t));
         if (s == t) {
           for (int64_t m = lowest; m <= slots_; ++m) {
             if (opt.seconds < row[m]) {
@@ -204,7 +206,9 @@ void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t se
         }
       }
       // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
-      double forward_seconds = 0;
+      // A segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is
+      // paid once, however many stages it spans.
+      double forward_seconds = costs_.segment_seconds();
       int64_t forward_peak = 0;
       for (int64_t j = s + 1; j <= std::min(t, s + max_segment_); ++j) {
         const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
@@ -212,7 +216,7 @@ void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t se
         forward_peak = std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
         forward_seconds += stages[k].nograd_seconds;
         const int64_t x = stages[k].x;
-        const int64_t held_in_backward = 2 * segment_units + captured_units(j, t);
+        const int64_t held_in_backward = 2 * segment_units + held_in_segment_units(j, t);
         const int64_t lowest = std::max(forward_peak, std::max(x + segment_units, held_in_backward));
         if (lowest > slots_) break;  // the forward's peak only grows with j
         const double* rest = &table_[index(j, t, 0)];
@@ -287,7 +291,7 @@ void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem
     }
     const int64_t j = choice - max_options_;
     std::vector<PlanItem> inner;
-    build(s, j - 1, m - 2 * segment_units - captured_units(j, t), inner, plan);
+    build(s, j - 1, m - 2 * segment_units - held_in_segment_units(j, t), inner, plan);
     items.push_back(PlanItem::checkpointed(std::move(inner)));
     m -= segment_units + round_up(costs_.stages[j - 1].output_bytes, unit_);
     s = j;
@@ -357,6 +361,12 @@ const PlanResult& PlanResult::ensure_feasible() const {
   REMAT_CHECK(least >= 0, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (",
               format_bytes(budget_bytes), "), and none fits any budget: the chain's stages alone exceed what the ",
               "planner can hold. Plan a smaller model or batch.");
+  REMAT_CHECK(measured_peak_bytes < 0, name, " planner: no plan measured within a budget of ", budget_bytes, " bytes (",
+              format_bytes(budget_bytes), ") after ", replans, " re-plans (the last measured ",
+              format_bytes(measured_peak_bytes), "): the least-memory plan measured ", least, " bytes (",
+              format_bytes(least), ", ", std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,
+              "% of the unchecked predicted peak), the smallest budget measured feasible. Give at least that, or a ",
+              "smaller model or batch.");
   REMAT_CHECK(false, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (", format_bytes(budget_bytes),
               "): the smallest feasible budget is ", least, " bytes (", format_bytes(least), ", ",
               std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/ones.h>
@@ -73,9 +74,8 @@ size_t saved_tensor_count(Chain& chain, int64_t i, const at::Tensor& x, const st
   return count;
 }
 
-// Stages with one signature (Chain::stage_signature) and the same sizes get one time per measure:
-// the median of their medians.
-void pool_twin_stage_times(const Chain& chain, CostTable& table) {
+// Stages with one signature (Chain::stage_signature) and the same sizes: groups of two or more.
+std::vector<std::vector<size_t>> twin_groups(const Chain& chain, const CostTable& table) {
   std::map<std::string, std::vector<size_t>> twins;
   for (size_t i = 0; i < table.stages.size(); ++i) {
     const std::string signature = chain.stage_signature(static_cast<int64_t>(i));
@@ -85,8 +85,16 @@ void pool_twin_stage_times(const Chain& chain, CostTable& table) {
     for (const auto& o : s.options) key += "|" + o.option + ":" + std::to_string(o.kept_bytes);
     twins[key].push_back(i);
   }
-  for (const auto& [key, members] : twins) {
-    if (members.size() < 2) continue;
+  std::vector<std::vector<size_t>> groups;
+  for (auto& [key, members] : twins) {
+    if (members.size() >= 2) groups.push_back(std::move(members));
+  }
+  return groups;
+}
+
+// Twins get one time per measure: the median of their medians.
+void pool_twin_stage_times(const Chain& chain, CostTable& table) {
+  for (const auto& members : twin_groups(chain, table)) {
     auto pool = [&](auto&& field) {
       std::vector<double> values;
       for (const size_t i : members) values.push_back(field(table.stages[i]));
@@ -228,6 +236,122 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
   cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
 }
 
+// Each stage's times as a whole step sees them (medians over rounds): its recording forward, its
+// forward as a checkpointed segment runs it, and its share of the backward (from δ(i) arriving to
+// δ(i-1) leaving, timed by hooks on the stage boundaries).
+struct InStepTimes {
+  std::vector<double> forward, backward, segment_forward;
+};
+
+InStepTimes time_in_step(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device) {
+  const int64_t n = chain.size();
+  std::vector<std::vector<double>> forward(n), backward(n), segment_forward(n);
+  auto option = [&](int64_t i) -> const std::string& { return chain.stages()[i].options.front(); };
+  for (int r = -options.warmup(); r < options.repeats(); ++r) {
+    {
+      detail::DropSavedTensorsScope drop_saved;
+      at::Tensor a = input;
+      for (int64_t i = 0; i < n; ++i) {
+        detail::synchronize_if_cuda(device);
+        const auto start = Clock::now();
+        a = chain.forward_stage(i, a, option(i));
+        if (r >= 0) segment_forward[i].push_back(seconds_since(start, device));
+      }
+    }
+    std::vector<Clock::time_point> arrived(n);
+    at::Tensor a = input;
+    for (int64_t i = 0; i < n; ++i) {
+      detail::synchronize_if_cuda(device);
+      const auto start = Clock::now();
+      a = chain.forward_stage(i, a, option(i));
+      if (r >= 0) forward[i].push_back(seconds_since(start, device));
+      if (i + 1 < n && a.requires_grad()) {
+        a.register_hook([&arrived, i, device](const at::Tensor&) {
+          detail::synchronize_if_cuda(device);
+          arrived[i] = Clock::now();
+        });
+      }
+    }
+    const at::Tensor seed = at::ones_like(a);
+    const auto start = Clock::now();
+    torch::autograd::backward({a}, {seed});
+    detail::synchronize_if_cuda(device);
+    const auto end = Clock::now();
+    if (r < 0) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      const auto from = i + 1 < n ? arrived[i] : start;  // δ(i) ready: stage i's backward begins
+      const auto to = i > 0 ? arrived[i - 1] : end;
+      backward[i].push_back(std::max(0.0, std::chrono::duration<double>(to - from).count()));
+    }
+  }
+  InStepTimes times;
+  for (int64_t i = 0; i < n; ++i) {
+    times.forward.push_back(median(forward[i]));
+    times.backward.push_back(median(backward[i]));
+    times.segment_forward.push_back(median(segment_forward[i]));
+  }
+  return times;
+}
+
+// A stage timed alone pays per call what a step pays once (an autograd run of its own, the thread
+// pool waking, the clocks and counters around it): where a stage takes a tenth of a millisecond,
+// most of its measured time. Each stage's times are scaled to its time within a whole step (twins
+// pooled), so that options and graph-only runs keep their measured proportions and a plan's
+// predicted step adds up to the step measured.
+void scale_to_step_times(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device,
+                         CostTable& table) {
+  InStepTimes in_step = time_in_step(chain, input, options, device);
+  for (const auto& members : twin_groups(chain, table)) {
+    for (auto* times : {&in_step.forward, &in_step.backward, &in_step.segment_forward}) {
+      std::vector<double> values;
+      for (const size_t i : members) values.push_back((*times)[i]);
+      const double pooled = median(values);
+      for (const size_t i : members) (*times)[i] = pooled;
+    }
+  }
+  for (size_t i = 0; i < table.stages.size(); ++i) {
+    StageCost& stage = table.stages[i];
+    const StageOptionCost& measured_default = stage.options.front();
+    auto ratio = [](double step, double alone) { return alone > 0 ? step / alone : 1.0; };
+    const double forward = ratio(in_step.forward[i], measured_default.forward_seconds);
+    const double backward = ratio(in_step.backward[i], measured_default.backward_seconds);
+    for (auto& o : stage.options) {
+      for (StageRunCost* run : {static_cast<StageRunCost*>(&o), o.graph_only ? &*o.graph_only : nullptr}) {
+        if (run == nullptr) continue;
+        run->forward_seconds *= forward;
+        run->backward_seconds *= backward;
+      }
+    }
+    stage.nograd_seconds = in_step.segment_forward[i];
+  }
+}
+
+// What a checkpointed segment costs by itself in `mode`: a checkpoint of a one-element product
+// against the product run plainly, forward and backward apart (medians of many pairs: each is
+// microseconds).
+std::pair<double, double> segment_fixed_seconds(const at::Tensor& like, CheckpointMode mode, c10::Device device) {
+  constexpr int kWarmup = 5, kPairs = 41;
+  const auto square = [](const at::Tensor& x) { return at::mul(x, x); };
+  std::vector<double> forward_extra, backward_extra;
+  for (int r = -kWarmup; r < kPairs; ++r) {
+    std::array<double, 2> forward{}, backward{};
+    for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+      at::Tensor x = at::ones({}, like.options().dtype(at::kFloat)).requires_grad_(true);
+      detail::synchronize_if_cuda(device);
+      auto start = Clock::now();
+      at::Tensor y = checkpointed ? checkpoint(square, x, CheckpointOptions().mode(mode)) : square(x);
+      forward[checkpointed] = seconds_since(start, device);
+      start = Clock::now();
+      y.backward();
+      backward[checkpointed] = seconds_since(start, device);
+    }
+    if (r < 0) continue;
+    forward_extra.push_back(forward[1] - forward[0]);
+    backward_extra.push_back(backward[1] - backward[0]);
+  }
+  return {std::max(0.0, median(forward_extra)), std::max(0.0, median(backward_extra))};
+}
+
 }  // namespace
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
@@ -299,6 +423,9 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     cost.parameter_bytes = table.stages[static_cast<size_t>(stage)].parameter_bytes;
     table.stages[static_cast<size_t>(stage)] = std::move(cost);
   }
+  scale_to_step_times(chain, input, options, device, table);
+  std::tie(table.segment_forward_seconds, table.segment_backward_seconds) =
+      segment_fixed_seconds(input, options.mode(), device);
   return table;
 }
 

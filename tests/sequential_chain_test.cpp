@@ -138,7 +138,7 @@ TEST(SequentialChain, BatchNormStatisticsUpdateOncePerStepUnderEveryPlan) {
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
   std::vector<remat::Plan> plans = {remat::policy_plan("block", chain), remat::policy_plan("every:3", chain),
                                     remat::policy_plan("sqrt", chain)};
-  for (const char* budget : {"65%", "80%"}) plans.push_back(remat::plan_optimal(costs, budget).ensure_feasible().plan);
+  for (const char* budget : {"72%", "85%"}) plans.push_back(remat::plan_optimal(costs, budget).ensure_feasible().plan);
   for (const auto& plan : plans) {
     SCOPED_TRACE(plan.to_string());
     const Outcome planned = run_steps(convnet(), &plan, x, y, 3);
@@ -198,10 +198,13 @@ TEST(SequentialChain, TwinsBeyondTheFirstFourAreNotTimedAgain) {
   nn::Sequential net = mlp(7);  // Linear(32,128) at stages 0, 4, ..., 24: stage 0 apart (its input needs no grad)
   CountingChain chain(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(2));
-  EXPECT_GT(chain.runs[16], 2) << "the fourth twin is timed";
-  EXPECT_EQ(chain.runs[20], 1) << "the fifth twin runs only in the pass that makes every stage's input";
-  EXPECT_EQ(chain.runs[24], 1);
-  EXPECT_GT(chain.runs[0], 2) << "stage 0 is no twin of theirs";
+  // Every stage runs in the pass that makes each stage's input and in the whole-step passes that
+  // time stages within a step (a segment-style and a recording forward, per warm-up and repeat).
+  const int whole_step_runs = 1 + 2 * (1 + 2);
+  EXPECT_GT(chain.runs[16], whole_step_runs) << "the fourth twin is timed";
+  EXPECT_EQ(chain.runs[20], whole_step_runs) << "the fifth twin is not timed on its own";
+  EXPECT_EQ(chain.runs[24], whole_step_runs);
+  EXPECT_GT(chain.runs[0], whole_step_runs) << "stage 0 is no twin of theirs";
   const auto& timed = costs.stages[4];
   const auto& copied = costs.stages[24];
   EXPECT_EQ(copied.name, chain.stages()[24].name);

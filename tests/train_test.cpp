@@ -1,6 +1,7 @@
 // Training the GPT: every policy trains exactly like `none`, resume equals a straight run, and bad
 // input (flags, data, plans, saved state) is a clear error that leaves saved state untouched.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -219,6 +220,68 @@ TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
   const RunOutcome none = train_steps(reference, 3);
   EXPECT_EQ(planned.losses, none.losses);
   expect_same_parameters(planned, none);
+}
+
+TEST(Train, ABudgetsPlanIsMeasuredToFitOnTheFirstBatch) {
+  TrainOptions budgeted = small_run();
+  budgeted.budget = "40%";
+  budgeted.profile_repeats = 1;
+  Trainer trainer(budgeted);
+  ASSERT_TRUE(trainer.budget_plan().has_value());
+  EXPECT_GE(trainer.budget_plan()->measured_peak_bytes, 0);
+  EXPECT_LE(trainer.budget_plan()->measured_peak_bytes, trainer.budget_plan()->budget_bytes);
+  EXPECT_NE(trainer.plan_source().find("measured"), std::string::npos) << trainer.plan_source();
+}
+
+// Gradient accumulation: the batch as equal micro-batches, each loss scaled by 1/k, trains like the
+// batch at once (the same sequences; equal up to float rounding: the sums are ordered differently).
+TEST(Train, MicroBatchedTrainingEqualsTrainingTheWholeBatch) {
+  TrainOptions whole = small_run("block");
+  whole.model.dropout(0);  // dropout masks are drawn per forward: one batch or two halves differ
+  whole.batch = 4;
+  TrainOptions micro = whole;
+  micro.micro_batch = 2;
+  Trainer a(whole), b(micro);
+  EXPECT_EQ(a.micro_batch(), 4);
+  EXPECT_EQ(b.micro_batch(), 2);
+  const RunOutcome plain = train_steps(a, 3), accumulated = train_steps(b, 3);
+  ASSERT_EQ(plain.losses.size(), accumulated.losses.size());
+  for (size_t i = 0; i < plain.losses.size(); ++i) EXPECT_NEAR(plain.losses[i], accumulated.losses[i], 1e-5) << i;
+  ASSERT_EQ(plain.parameters.size(), accumulated.parameters.size());
+  for (size_t i = 0; i < plain.parameters.size(); ++i) {
+    // AdamW normalises each gradient: where one is ~0 by symmetry (the key projection's bias),
+    // rounding noise moves its parameter by up to ~lr/1000 either way.
+    EXPECT_TRUE(at::allclose(plain.parameters[i].second, accumulated.parameters[i].second, 1e-4, 1e-5))
+        << plain.parameters[i].first << ": max |difference| "
+        << (plain.parameters[i].second - accumulated.parameters[i].second).abs().max().item<double>();
+  }
+
+  TrainOptions uneven = whole;
+  uneven.micro_batch = 3;
+  EXPECT_NE(error_of([&] { Trainer t(uneven); }).find("TrainOptions::micro_batch must divide TrainOptions::batch (4)"),
+            std::string::npos);
+}
+
+TEST(Train, MaximizingThroughputChoosesAMicroBatchAndAPlanThatFit) {
+  TrainOptions o = small_run();
+  o.batch = 4;
+  o.budget = "30%";
+  o.maximize_throughput = true;
+  o.profile_repeats = 1;
+  Trainer trainer(o);
+  ASSERT_TRUE(trainer.throughput_choice().has_value());
+  const remat::ThroughputChoice& choice = *trainer.throughput_choice();
+  EXPECT_EQ(trainer.micro_batch(), choice.chosen().micro_batch);
+  EXPECT_EQ(o.batch % trainer.micro_batch(), 0);
+  ASSERT_TRUE(trainer.budget_plan().has_value());
+  EXPECT_LE(trainer.budget_plan()->measured_peak_bytes, choice.budget_bytes);
+  EXPECT_NE(trainer.plan_source().find("most throughput under budget 30%"), std::string::npos) << trainer.plan_source();
+  EXPECT_TRUE(std::isfinite(trainer.step().loss));
+
+  TrainOptions without_budget = small_run();
+  without_budget.maximize_throughput = true;
+  EXPECT_NE(error_of([&] { Trainer t(without_budget); }).find("TrainOptions::maximize_throughput needs TrainOptions::budget"),
+            std::string::npos);
 }
 
 TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesNothing) {

@@ -77,8 +77,14 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
 
   // Every plan measured once, interleaved: the unchecked one, each budget's optimal plan, and every
   // generic policy (the manual choices a user would otherwise make); overheads paired per round.
+  // Each budget's plan verified to fit: run once, planned again below the budget if it passes it.
+  const remat::MeasurePeak measure_peak = [&](const remat::Plan& plan) {
+    return remat::measure_plan_peak(chain, plan, x);
+  };
   std::vector<remat::PlanResult> optimal;
-  for (const auto& budget : options.budgets) optimal.push_back(remat::plan_optimal(costs, budget).ensure_feasible());
+  for (const auto& budget : options.budgets) {
+    optimal.push_back(remat::plan_verified(costs, budget, {}, measure_peak).ensure_feasible());
+  }
   std::vector<remat::NamedPlan> policies;
   for (const auto& policy : remat::generic_policy_candidates()) {
     try {
@@ -95,10 +101,11 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   const remat::PlanMeasurement& none = c.unchecked.measured;
   const auto none_peak = static_cast<double>(none.activation_peak_bytes);
   std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes) << ", measured "
-            << remat::format_bytes(none.activation_peak_bytes) << ", step " << none.step_seconds << " s\n\n";
+            << remat::format_bytes(none.activation_peak_bytes) << "; step predicted "
+            << optimal.front().unchecked.step_seconds << " s, measured " << none.step_seconds << " s\n\n";
 
-  remat::Table budgets({"budget", "predicted", "measured", "error", "pred. ovh", "meas. ovh", "best generic that fits",
-                        "its ovh", "DP/it", "gradients"});
+  remat::Table budgets({"budget", "predicted", "measured", "error", "re-plans", "pred. ovh", "meas. ovh",
+                        "best generic that fits", "its ovh", "DP/it", "gradients"});
   for (size_t b = 0; b < c.budgets.size(); ++b) {
     const remat::BudgetComparison& bc = c.budgets[b];
     const remat::PlanResult& p = bc.optimal;
@@ -112,7 +119,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
                          static_cast<double>(m.activation_peak_bytes);
     budgets.add_row({options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
                      remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), remat::percent(error),
-                     remat::percent(p.predicted_overhead()), remat::percent(bc.measured.overhead), best_name,
+                     std::to_string(p.replans), remat::percent(p.predicted_overhead()), remat::percent(bc.measured.overhead), best_name,
                      bc.best_policy ? remat::percent(c.policies[*bc.best_policy].overhead) : "-",
                      bc.best_policy ? ratio_text(bc.ratio_to_best_policy) : "-",
                      v.bitwise_equal() ? "bitwise equal" : "DIFFER " + std::to_string(v.max_gradient_difference())});
@@ -135,7 +142,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
 
   // Training: the same steps unchecked and under the plan for `train_budget`, from the same
   // initialisation and RNG seeds: parameters and buffers (running statistics) must match exactly.
-  const remat::Plan train_plan = remat::plan_optimal(costs, options.train_budget).ensure_feasible().plan;
+  const remat::Plan train_plan = remat::plan_verified(costs, options.train_budget, {}, measure_peak).ensure_feasible().plan;
   std::vector<std::vector<at::Tensor>> finals;
   std::vector<std::vector<double>> losses(2);
   for (int planned = 0; planned < 2; ++planned) {
@@ -183,8 +190,10 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
       plans.back().mode = mode;
       names.push_back(policy);
     }
-    plans.push_back(
-        remat::plan_optimal(costs, options.train_budget, remat::PlannerOptions().mode(mode)).ensure_feasible().plan);
+    plans.push_back(remat::plan_verified(costs, options.train_budget, remat::PlannerOptions().mode(mode),
+                                         [&](const remat::Plan& plan) { return remat::measure_plan_peak(chain, plan, x); })
+                        .ensure_feasible()
+                        .plan);
     names.push_back("optimal " + options.train_budget);
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";

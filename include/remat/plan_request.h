@@ -20,6 +20,7 @@
 
 #include <torch/arg.h>
 
+#include "remat/budget_planner.h"
 #include "remat/planner.h"
 
 namespace remat {
@@ -41,6 +42,9 @@ class PlanRequest {
   TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
   /// The planner's memory grid, for a budget.
   TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
+  /// For a budget whose sources can measure (PlanSources::measure_peak): how many times to plan
+  /// again when the plan's measured peak passes the budget (plan_verified).
+  TORCH_ARG(int, max_replans) = 3;
 
  public:
   Kind kind() const { return kind_; }
@@ -65,6 +69,9 @@ struct PlanSources {
   std::function<Plan(const std::string& policy)> policy;
   /// The chain's cost table (profiled or estimated); called only for a budget.
   std::function<CostTable()> costs;
+  /// Measures a plan's activation peak on the model (measure_plan_peak); where given, a budget's
+  /// plan is verified to fit (plan_verified). Optional: without it the prediction is trusted.
+  MeasurePeak measure_peak;
 };
 
 /// The plan a request names, with where it came from.
@@ -78,8 +85,9 @@ struct ChosenPlan {
 };
 
 /// The plan `request` names: the policy's (in the request's mode), the given plan, or the optimal plan
-/// for the budget on `sources.costs()`. Throws when the budget is below what any plan needs, naming
-/// the least feasible budget, and when `sources` lacks what the request needs.
+/// for the budget on `sources.costs()`, verified with `sources.measure_peak` where given. Throws when
+/// the budget is below what any plan needs (or measures), naming the least feasible budget, and when
+/// `sources` lacks what the request needs.
 ChosenPlan choose_plan(const PlanRequest& request, const PlanSources& sources);
 
 }  // namespace remat

@@ -63,6 +63,12 @@ struct PlanResult {
   /// plan; for the optimal planner on a grid within 0.2% of that peak); -1 when it finds none.
   int64_t least_feasible_budget_bytes = -1;
   double solve_seconds = 0;
+  /// Where the plan was run to check it fits (plan_verified, budget_planner.h): its activation peak
+  /// in one measured step; -1 when not measured. When verification finds no plan within the budget,
+  /// `feasible` is false and least_feasible_budget_bytes is the least-memory plan's measured peak.
+  int64_t measured_peak_bytes = -1;
+  /// How many times verification planned again, each time for a budget lowered by the overshoot.
+  int replans = 0;
 
   /// Predicted step time over the unchecked plan's, minus one (0.05 = 5% slower).
   double predicted_overhead() const;
@@ -137,9 +143,11 @@ class OptimalPlanner {
   void find_least_memory_plan();
   void refine_least_feasible_budget();
   size_t index(int64_t s, int64_t t, int64_t m) const;
-  /// Units of parameter gradients held inside a segment ending at t once stages first..t are
-  /// back-propagated (0 at the top level: subproblems ending at n-1; see docs/planner.md).
-  int64_t captured_units(int64_t first, int64_t t) const;
+  /// Units a reentrant segment ending at t holds through the backward of its stages before
+  /// `first`: the parameter gradients of stages first..t (returned all at once when it ends) and
+  /// δ(t), its backward's argument. 0 at the top level (subproblems ending at n-1) and for
+  /// first > t; see docs/planner.md.
+  int64_t held_in_segment_units(int64_t first, int64_t t) const;
 
   CostTable costs_;
   PlannerOptions options_;

@@ -15,6 +15,13 @@
 // meanwhile, their bytes held twice; none are when profiling before the first step); only the first
 // four twins of a signature and input shape are measured, the others take their costs, so a deep
 // stack of identical layers profiles in the time of a few.
+//
+// Times are then scaled to what each stage takes within a whole step (the chain run whole, its
+// backward timed stage by stage with hooks on the boundaries): timed alone, a stage pays per call
+// what a step pays once, which at a tenth of a millisecond a stage is most of its time. And the
+// table records what a checkpointed segment costs by itself (CostTable::segment_forward_seconds,
+// segment_backward_seconds: a checkpoint of a trivial function in the profile's mode against the
+// function run plainly), which the simulator and the planner charge once per segment.
 #pragma once
 
 #include <torch/arg.h>

@@ -34,3 +34,4 @@
 #include "remat/policies.h"
 #include "remat/profiler.h"
 #include "remat/sequential_chain.h"
+#include "remat/throughput.h"

@@ -1,5 +1,6 @@
 #include "remat/models/gpt_planning.h"
 
+#include "remat/budget_planner.h"
 #include "remat/error.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
@@ -55,13 +56,37 @@ std::string gpt_request_granularity(const PlanRequest& request) {
   return granularity;
 }
 
-ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs) {
+ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs,
+                           const MeasurePeak& measure_peak) {
   PlanSources sources;
   sources.policy = [layers](const std::string& policy) { return gpt_policy_plan(policy, layers); };
   if (costs) sources.costs = [&costs] { return costs().half; };
+  sources.measure_peak = measure_peak;
   ChosenPlan chosen = choose_plan(request, sources);
   chosen.plan.validate_against(GptChainShape(layers, gpt_request_granularity(request)));
   return chosen;
+}
+
+ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
+                                    const std::vector<int64_t>& batches, int repeats, CheckpointMode mode) {
+  for (const int64_t b : batches) {
+    REMAT_CHECK(b >= 1 && b <= tokens.size(0), "profile_gpt_batches: batch size ", b, " is not within the ",
+                tokens.size(0), " sequences given.");
+  }
+  GptChain chain(std::move(model), "half");
+  return profile_batches(
+      chain,
+      [&](int64_t b) {
+        chain.set_targets(targets.narrow(0, 0, b));  // the loss of this batch size
+        return tokens.narrow(0, 0, b);
+      },
+      batches, ProfileOptions().repeats(repeats).mode(mode));
+}
+
+MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets) {
+  auto chain = std::make_shared<GptChain>(std::move(model), "half");
+  chain->set_targets(std::move(targets));
+  return [chain, tokens = std::move(tokens)](const Plan& plan) { return measure_plan_peak(*chain, plan, tokens); };
 }
 
 std::vector<std::string> gpt_policy_names() {

@@ -2,6 +2,7 @@
 // every manual policy compared and, with --measure, predictions checked against real steps.
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -12,12 +13,14 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "planning.h"
+#include "plots.h"
 #include "remat/error.h"
 #include "remat/internal/files.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/plan_comparison.h"
 #include "remat/plan_measurement.h"
+#include "remat/throughput.h"
 #include "remat/train/corpus.h"
 #include "remat/internal/table.h"
 
@@ -36,6 +39,9 @@ struct PlanFlags {
   bool measure = false;
   int measure_steps = 3;
   bool verify = false;
+  bool verify_fit = true;
+  std::string maximize;  // "throughput": choose the micro-batch with the plan
+  std::string plot_dir;
 };
 
 // `--verify`: one step plain and one under `plan` from the same RNG state, on the sample batch.
@@ -91,12 +97,19 @@ ModelCosts load_or_profile(const PlanFlags& flags, std::ostream& out) {
 std::vector<BudgetResult> plan_budgets(const ModelCosts& costs, const std::vector<std::string>& budgets,
                                        const PlanFlags& flags) {
   std::vector<BudgetResult> results;
+  // Each budget's plan is run once on the sample batch: a plan whose measured peak passes the
+  // budget is planned again (plan_verified), unless --no-verify-fit.
+  MeasurePeak measure;
+  if (flags.verify_fit) {
+    const SampleModel sample = make_sample_model(flags.model.options);
+    measure = models::gpt_measure_peak(sample.model, sample.tokens, sample.targets);
+  }
   for (const auto& text : budgets) {
     BudgetResult r{text, 0, {}, {}, -1, 0};
     const auto start = std::chrono::steady_clock::now();
     const PlanRequest request =
         PlanRequest::of_budget(Budget::parse(text)).mode(flags.model.options.checkpoint_mode).memory_slots(flags.slots);
-    r.optimal = *models::gpt_choose_plan(request, costs.layers(), [&costs] { return costs; }).planned;
+    r.optimal = *models::gpt_choose_plan(request, costs.layers(), [&costs] { return costs; }, measure).planned;
     r.bytes = r.optimal.budget_bytes;
     r.least = r.optimal.least_feasible_budget_bytes;
     r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -114,6 +127,10 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
       << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
       << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
       << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << "\n";
+  if (r.optimal.measured_peak_bytes >= 0) {
+    out << "  measured activation peak " << format_bytes(r.optimal.measured_peak_bytes) << " (one step"
+        << (r.optimal.replans > 0 ? ", after " + std::to_string(r.optimal.replans) + " re-plans" : std::string()) << ")\n";
+  }
   Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
   table.add_row({"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes",
                  percent(r.optimal.prediction.step_seconds / none_seconds - 1)});
@@ -134,6 +151,10 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
                            {"predicted_step_seconds", r.optimal.prediction.step_seconds},
                            {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
                            {"least_feasible_budget_bytes", r.least}, {"min_feasible_budget_bytes", r.least},
+                           {"verified_peak_bytes", r.optimal.measured_peak_bytes >= 0
+                                                       ? nlohmann::json(r.optimal.measured_peak_bytes)
+                                                       : nlohmann::json()},
+                           {"replans", r.optimal.replans},
                            {"unchecked_peak_bytes", unchecked.peak_bytes},
                            {"solve_seconds", r.solve_seconds}, {"policies", policies}};
   return result;
@@ -226,6 +247,149 @@ void run_budget_plan(PlanFlags& flags) {
   if (flags.json) std::cout << (json_results.size() == 1 ? json_results[0] : nlohmann::json{{"results", json_results}}).dump(2) << "\n";
 }
 
+// `--maximize throughput`: under each budget, the micro-batch and plan with the most tokens per
+// second (remat/throughput.h), beside no checkpointing at the largest micro-batch that fits and the
+// whole batch under its optimal plan; with --measure, each run as well.
+struct ThroughputRow {
+  std::string budget;
+  ThroughputChoice choice;
+  std::vector<MeasuredMicroBatch> measured;
+};
+
+// Tokens per second of a frontier entry: measured where it was run, else predicted.
+double tokens_per_second(const ThroughputRow& row, std::optional<size_t> index, bool unchecked, int64_t sequence) {
+  if (!index) return 0;
+  const MicroBatchChoice& c = row.choice.frontier[*index];
+  for (const auto& m : row.measured) {
+    if (m.micro_batch != c.micro_batch) continue;
+    return static_cast<double>(sequence) * (unchecked ? m.unchecked_samples_per_second : m.samples_per_second);
+  }
+  return static_cast<double>(sequence) * (unchecked ? c.unchecked_samples_per_second : c.predicted_samples_per_second);
+}
+
+nlohmann::json print_throughput_row(const ThroughputRow& row, int64_t sequence, std::ostream& out) {
+  const ThroughputChoice& c = row.choice;
+  out << "\nbudget " << row.budget << " = " << format_bytes(c.budget_bytes) << " ("
+      << fixed(100.0 * static_cast<double>(c.budget_bytes) / static_cast<double>(c.unchecked_peak_bytes), 0)
+      << "% of the unchecked peak at batch " << c.global_batch << ", " << format_bytes(c.unchecked_peak_bytes) << ")\n";
+  const bool measured = !row.measured.empty();
+  std::vector<Column> header = {"micro-batch", "x steps", "plan", "predicted peak", "predicted tok/s",
+                                "unchecked fits", "unchecked tok/s"};
+  if (measured) header.insert(header.end(), {"measured peak", "measured tok/s", "unchecked measured tok/s"});
+  Table table(header);
+  nlohmann::json frontier = nlohmann::json::array();
+  for (size_t i = 0; i < c.frontier.size(); ++i) {
+    const MicroBatchChoice& f = c.frontier[i];
+    const double seq = static_cast<double>(sequence);
+    std::string plan = f.planned.feasible ? f.planned.plan.to_string() : "(none fits)";
+    if (plan.size() > 48) plan = plan.substr(0, 45) + "...";
+    std::vector<Cell> cells = {std::to_string(f.micro_batch) + (c.best == i ? " *" : ""),
+                                      std::to_string(f.accumulation), plan,
+                                      f.planned.feasible ? format_bytes(f.planned.prediction.peak_bytes) : "-",
+                                      f.planned.feasible ? fixed(seq * f.predicted_samples_per_second, 0) : "-",
+                                      f.unchecked_fits ? "yes" : "no",
+                                      f.unchecked_fits ? fixed(seq * f.unchecked_samples_per_second, 0) : "-"};
+    nlohmann::json entry = {{"micro_batch", f.micro_batch}, {"accumulation", f.accumulation},
+                            {"feasible", f.planned.feasible},
+                            {"plan", f.planned.feasible ? nlohmann::json(f.planned.plan.to_string()) : nlohmann::json()},
+                            {"predicted_peak_bytes", f.planned.prediction.peak_bytes},
+                            {"predicted_tokens_per_second", seq * f.predicted_samples_per_second},
+                            {"unchecked_fits", f.unchecked_fits},
+                            {"unchecked_predicted_tokens_per_second", seq * f.unchecked_samples_per_second}};
+    if (measured) {
+      const MeasuredMicroBatch* m = nullptr;
+      for (const auto& r : row.measured) m = r.micro_batch == f.micro_batch ? &r : m;
+      const bool over = m && m->planned.activation_peak_bytes > c.budget_bytes;
+      cells.push_back(m ? format_bytes(m->planned.activation_peak_bytes) + (over ? " OVER" : "") : "-");
+      cells.push_back(m ? fixed(seq * m->samples_per_second, 0) : "-");
+      cells.push_back(m && m->unchecked ? fixed(seq * m->unchecked_samples_per_second, 0) : "-");
+      if (m) {
+        entry["measured_peak_bytes"] = m->planned.activation_peak_bytes;
+        entry["measured_tokens_per_second"] = seq * m->samples_per_second;
+        if (m->unchecked) entry["unchecked_measured_tokens_per_second"] = seq * m->unchecked_samples_per_second;
+      }
+    }
+    table.add_row(cells);
+    frontier.push_back(entry);
+  }
+  table.print(out);
+  auto line = [&](const char* what, std::optional<size_t> index, bool unchecked) {
+    out << "  " << what << ": ";
+    if (!index) {
+      out << "nothing fits\n";
+      return;
+    }
+    const MicroBatchChoice& f = c.frontier[*index];
+    out << "micro-batch " << f.micro_batch << " x " << f.accumulation << ", "
+        << fixed(tokens_per_second(row, index, unchecked, sequence), 0) << " tokens/s"
+        << (measured ? " measured" : " predicted") << "\n";
+  };
+  line("chosen (* above)", c.best, false);
+  line("no checkpointing, largest micro-batch that fits", c.largest_unchecked, true);
+  line("whole batch, optimal plan", c.whole_batch, false);
+  return {{"budget", row.budget}, {"budget_bytes", c.budget_bytes}, {"unchecked_peak_bytes", c.unchecked_peak_bytes},
+          {"chosen_micro_batch", c.best ? nlohmann::json(c.frontier[*c.best].micro_batch) : nlohmann::json()},
+          {"chosen_tokens_per_second", tokens_per_second(row, c.best, false, sequence)},
+          {"largest_unchecked_tokens_per_second", tokens_per_second(row, c.largest_unchecked, true, sequence)},
+          {"whole_batch_tokens_per_second", tokens_per_second(row, c.whole_batch, false, sequence)},
+          {"frontier", frontier}};
+}
+
+void run_throughput_plan(PlanFlags& flags) {
+  const auto& options = flags.model.options;
+  options.model.validate();
+  REMAT_CHECK(flags.profile_file.empty(), "--maximize throughput profiles the model at several batch sizes itself; ",
+              "drop --profile.");
+  const std::vector<std::string> budgets = budget_list(flags.budgets);
+  REMAT_CHECK(!budgets.empty(), "--maximize throughput: give at least one --budget, as in --budget 50%.");
+  std::ostream& out = human_output(flags.json);
+  SampleModel sample = make_sample_model(options);
+  const std::vector<int64_t> sizes = default_profile_batches(options.batch);
+  out << "profiling the GPT (" << options.model.describe() << ") at batch sizes";
+  for (const int64_t b : sizes) out << " " << b;
+  out << "...\n";
+  const ProfiledBatches profiled = models::profile_gpt_batches(sample.model, sample.tokens, sample.targets, sizes,
+                                                               flags.repeats, options.checkpoint_mode);
+  const InterpolationCheck check = check_interpolation(profiled.tables);
+  if (check.worst_batch > 0) {
+    out << "affine model check: batch " << check.worst_batch << " predicted from the other profiles: unchecked peak "
+        << percent(check.peak_error) << " off, step " << percent(check.step_error) << " off\n";
+  }
+  const int64_t sequence = options.model.sequence();
+  nlohmann::json results = nlohmann::json::array();
+  std::vector<ThroughputPoint> points;
+  for (const auto& text : budgets) {
+    ThroughputRow row{text,
+                      plan_throughput(profiled.costs_at(), options.batch, Budget::parse(text),
+                                      ThroughputOptions().planner(
+                                          PlannerOptions().mode(options.checkpoint_mode).memory_slots(flags.slots))),
+                      {}};
+    if (flags.measure) {
+      out << "measuring the frontier at budget " << text << ", " << flags.measure_steps << " interleaved steps per plan...\n";
+      row.measured = measure_frontier(row.choice, [&](int64_t micro, const std::vector<Plan>& plans) {
+        return train::measure_plans(sample.model, plans, sample.tokens.narrow(0, 0, micro),
+                                    sample.targets.narrow(0, 0, micro), flags.measure_steps);
+      });
+    }
+    results.push_back(print_throughput_row(row, sequence, out));
+    const ThroughputChoice& c = row.choice;
+    points.push_back({100.0 * static_cast<double>(c.budget_bytes) / static_cast<double>(c.unchecked_peak_bytes), text,
+                      tokens_per_second(row, c.best, false, sequence),
+                      tokens_per_second(row, c.largest_unchecked, true, sequence),
+                      tokens_per_second(row, c.whole_batch, false, sequence)});
+  }
+  if (!flags.plot_dir.empty()) {
+    std::filesystem::create_directories(flags.plot_dir);
+    std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.budget_percent < b.budget_percent; });
+    const auto files = plot_throughput(flags.plot_dir,
+                                       "GPT " + options.model.describe() + ", global batch " +
+                                           std::to_string(options.batch) + (flags.measure ? ", measured" : ", predicted"),
+                                       points);
+    for (const auto& f : files) out << "wrote " << f << "\n";
+  }
+  if (flags.json) std::cout << nlohmann::json{{"results", results}}.dump(2) << "\n";
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -248,6 +412,15 @@ void add_plan_command(CLI::App& app) {
   plan->add_flag("--verify", flags->verify,
                  "Run one step unchecked (same stage options) and one under each plan from the same RNG state; print max |gradient difference|")
       ->group("Measurement");
+  plan->add_option("--maximize", flags->maximize,
+                   "With --budget: choose the micro-batch (gradient accumulation to --batch) with the plan, for the "
+                   "most tokens per second")
+      ->check(CLI::IsMember({"throughput"}))->group("Planning");
+  plan->add_option("--plot", flags->plot_dir, "With --maximize throughput: write tokens/s vs budget plots to this folder")
+      ->group("Output");
+  plan->add_flag("!--no-verify-fit", flags->verify_fit,
+                 "Trust the predicted peak: do not run each budget's plan once to check it fits (and plan again if not)")
+      ->group("Planning");
   plan->add_option("--save-plan", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")
       ->group("Output");
   add_old_spelling(*plan, "--save", "--save-plan", flags->save_file);
@@ -255,8 +428,14 @@ void add_plan_command(CLI::App& app) {
   plan->callback([flags] {
     flags->model.apply_preset();
     flags->model.refuse_together("--policy", "--budget");
+    REMAT_CHECK(flags->maximize.empty() || !flags->budgets.empty(),
+                "--maximize throughput needs --budget: the micro-batch is chosen for the most throughput under it.");
+    REMAT_CHECK(flags->plot_dir.empty() || !flags->maximize.empty(), "--plot draws the throughput frontier: give it with ",
+                "--maximize throughput (`remat bench --plot` draws the memory-time plots).");
     if (flags->budgets.empty()) {
       run_policy_plan(*flags);
+    } else if (!flags->maximize.empty()) {
+      run_throughput_plan(*flags);
     } else {
       run_budget_plan(*flags);
     }

@@ -194,6 +194,40 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
   return files;
 }
 
+std::vector<std::string> plot_throughput(const std::string& dir, const std::string& title,
+                                         const std::vector<ThroughputPoint>& points) {
+  std::ostringstream data;
+  data << "# budget_percent\tlabel\tchosen_tokens_per_s\tno_checkpointing_largest_batch\twhole_batch_optimal_plan"
+       << " (0: nothing fits)\n"
+       << std::setprecision(8);
+  double y_max = 0;
+  for (const auto& p : points) {
+    data << p.budget_percent << '\t' << data_string(p.budget_label) << '\t' << p.chosen << '\t' << p.largest_unchecked
+         << '\t' << p.whole_batch << '\n';
+    y_max = std::max({y_max, p.chosen, p.largest_unchecked, p.whole_batch});
+  }
+  write_file_atomically(dir + "/throughput.dat", data.str());
+  std::ostringstream gp;
+  auto curve = [](int column, const char* color, int point, const char* name) {
+    return std::string("\"throughput.dat\" using 1:($") + std::to_string(column) + " > 0 ? $" + std::to_string(column) +
+           " : 1/0) with linespoints linewidth 2 pointtype " + std::to_string(point) + " pointsize 1.6 linecolor rgb \"" +
+           color + "\" title \"" + name + "\"";
+  };
+  gp << "# Tokens per second under each memory budget, per strategy; render with: gnuplot throughput.gp\n"
+     << terminal_loop_begin("throughput", 1100, 760) << "  set title " << quoted(title) << "\n"
+     << "  set xlabel \"activation budget (% of the unchecked peak at the global batch)\"\n"
+     << "  set ylabel \"training throughput (tokens/s)\"\n"
+     << "  set grid\n  set key outside below center horizontal box\n  set bmargin 7\n"
+     << "  set yrange [0:" << std::max(1.0, y_max * 1.15) << "]\n  set offsets graph 0.05, graph 0.05, 0, 0\n"
+     << "  plot " << curve(3, "#d62728", 9, "remat: micro-batch and plan chosen together") << ", \\\n       "
+     << curve(4, "#1f77b4", 7, "no checkpointing, largest micro-batch that fits") << ", \\\n       "
+     << curve(5, "#2ca02c", 5, "whole batch, optimal plan") << "\n}\nset output\n";
+  write_file_atomically(dir + "/throughput.gp", gp.str());
+  auto files = render(dir, "throughput");
+  files.insert(files.begin(), dir + "/throughput.dat");
+  return files;
+}
+
 std::vector<std::string> plot_timeline(const std::string& dir, const std::string& title,
                                        const std::vector<TimelineSeries>& series) {
   REMAT_CHECK(!series.empty(), "plot_timeline: no strategies to plot.");

@@ -35,6 +35,13 @@ struct TimelineSeries {
   int64_t base_bytes = 0;
 };
 
+/// Throughput under one budget, per strategy; 0 where a strategy has nothing that fits.
+struct ThroughputPoint {
+  double budget_percent = 0;  ///< of the unchecked activation peak at the global batch
+  std::string budget_label;
+  double chosen = 0, largest_unchecked = 0, whole_batch = 0;  ///< tokens per second
+};
+
 /// True when `gnuplot` is on the PATH.
 bool gnuplot_available();
 
@@ -42,6 +49,11 @@ bool gnuplot_available();
 /// files written. Without gnuplot it writes the data and script and says how to render them.
 std::vector<std::string> plot_pareto(const std::string& dir, const std::string& title,
                                      const std::vector<ParetoPoint>& points, const std::vector<PlotMarker>& budgets);
+
+/// Writes `<dir>/throughput.dat` and `throughput.gp`, then renders throughput.png and .svg: tokens
+/// per second against the budget, one curve per strategy.
+std::vector<std::string> plot_throughput(const std::string& dir, const std::string& title,
+                                         const std::vector<ThroughputPoint>& points);
 
 /// Writes `<dir>/timeline.csv`, `timeline.dat` and `timeline.gp`, then renders timeline.png and
 /// timeline.svg: one panel per strategy on a shared time axis, coloured by phase.

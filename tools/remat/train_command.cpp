@@ -25,6 +25,7 @@ namespace {
 struct TrainFlags {
   ModelFlags model;
   std::vector<std::string> budgets;
+  std::string maximize;
   bool verify = false;
   bool compare = false;
   bool json = false;
@@ -78,6 +79,7 @@ void apply_train_flags(TrainFlags& flags) {
   REMAT_CHECK(flags.budgets.size() <= 1, "--budget: train runs under one plan; give one budget, not ",
               flags.budgets.size(), " (`remat plan --budget` compares several).");
   if (!flags.budgets.empty()) options.budget = flags.budgets.front();
+  options.maximize_throughput = flags.maximize == "throughput";
   REMAT_CHECK(flags.bucket_mib > 0, "--bucket-mib must be positive, got ", flags.bucket_mib, ".");
 }
 
@@ -114,7 +116,11 @@ void print_run_header(const TrainFlags& flags, const train::Trainer& trainer, in
         << (flags.no_overlap ? "after backward" : "overlapping backward") << "\n";
   }
 
-  out << "remat train: GPT " << o.model.describe() << "; batch " << o.batch << ", lr " << o.lr << " (warm-up "
+  out << "remat train: GPT " << o.model.describe() << "; batch " << o.batch
+      << (trainer.micro_batch() < o.batch ? " (micro-batch " + std::to_string(trainer.micro_batch()) + " x " +
+                                                std::to_string(o.batch / trainer.micro_batch()) + ", gradients accumulated)"
+                                          : std::string())
+      << ", lr " << o.lr << " (warm-up "
       << o.warmup_steps << "), " << trainer.threads_description() << ", seed " << o.seed << "\n"
       << "  corpus: " << trainer.corpus().source() << ", " << trainer.corpus().bytes().size() << " bytes\n"
       << "  plan (" << trainer.plan_source() << "): " << trainer.plan().to_string() << "\n";
@@ -189,6 +195,7 @@ nlohmann::json train_report(const train::Trainer& trainer, const std::vector<tra
   report["final_loss"] = records.empty() ? nlohmann::json() : nlohmann::json(records.back().loss);
   report["config"] = train::gpt_config_json(o.model);
   report["config"]["batch"] = o.batch;
+  report["config"]["micro_batch"] = trainer.micro_batch();
   return report;
 }
 
@@ -280,6 +287,13 @@ void add_train_command(CLI::App& app) {
   add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget, instead of --policy");
   add_checkpoint_mode_option(*cmd, o.checkpoint_mode,
                              "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)");
+  cmd->add_option("--micro-batch", o.micro_batch,
+                  "Sequences per forward and backward: --batch runs as equal micro-batches whose gradients accumulate "
+                  "(0: the whole batch at once)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber)->group("Training");
+  cmd->add_option("--maximize", flags->maximize,
+                  "With --budget: choose the micro-batch with the plan, for the most tokens per second under the budget")
+      ->check(CLI::IsMember({"throughput"}))->group("Planning");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");
   add_old_spelling(*cmd, "--save", "--save-state", o.save_dir);
   cmd->add_option("--save-every", o.save_every, "Also save every this many global steps (0: only at the end); needs --save-state")

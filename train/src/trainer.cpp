@@ -47,6 +47,17 @@ void check_options(const TrainOptions& o) {
               field("TrainOptions::save_every"), " needs ", field("TrainOptions::save_dir"), ": say where the periodic saves go.");
   REMAT_CHECK(o.keep_last >= 1, field("TrainOptions::keep_last"), " must be at least 1, got ", o.keep_last, ".");
   if (!o.budget.empty()) Budget::parse(o.budget);  // its form, before anything is allocated
+  REMAT_CHECK(o.micro_batch >= 0 && (o.micro_batch == 0 || o.batch % o.micro_batch == 0), field("TrainOptions::micro_batch"),
+              " must divide ", field("TrainOptions::batch"), " (", o.batch, ") so that its micro-batches are equal, got ",
+              o.micro_batch, "; 0 runs the whole batch at once.");
+  REMAT_CHECK(!o.maximize_throughput || !o.budget.empty(), field("TrainOptions::maximize_throughput"), " needs ",
+              field("TrainOptions::budget"), ": the micro-batch is chosen for the most throughput under it.");
+  REMAT_CHECK(!o.maximize_throughput || o.micro_batch == 0, "give ", field("TrainOptions::micro_batch"), " or ",
+              field("TrainOptions::maximize_throughput"), " (which chooses it), not both.");
+  REMAT_CHECK(!o.process_group || (!o.maximize_throughput && (o.micro_batch == 0 || o.micro_batch == o.batch)),
+              field("TrainOptions::micro_batch"), " smaller than the batch is not supported with data-parallel ",
+              "training yet (each micro-batch's backward would synchronise the gradients); lower ",
+              field("TrainOptions::batch"), " per rank instead.");
 }
 
 // Refuses configurations that cannot fit in this machine's memory before allocating anything,
@@ -182,29 +193,53 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
 
 void Trainer::choose_plan(const PlanRequest& request) {
   const bool budget = request.kind() == PlanRequest::Kind::budget;
+  micro_batch_ = options_.micro_batch > 0 ? options_.micro_batch : options_.batch;
   if (budget && rank_ != 0) {
     // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
     // same order (timing noise could otherwise give each rank a plan of its own).
     plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
     plan_source_ = "optimal for budget " + options_.budget + " per rank (planned by rank 0)";
   } else {
-    const ChosenPlan chosen =
-        models::gpt_choose_plan(request, options_.model.layers(), [this] { return profile_first_batch(); });
+    // Profiled and verified on the run's first batch (a sampler of its own: the run's batches are
+    // unchanged), at the micro-batch size; both leave the model, its gradients and the RNG as they were.
+    BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);
+    const auto [tokens, targets] = first.next();
+    PlanRequest micro_request = request;
+    std::optional<CostTable> micro_costs;
+    if (budget && options_.maximize_throughput) {
+      const ProfiledBatches profiled = models::profile_gpt_batches(
+          model_, tokens, targets, default_profile_batches(options_.batch), options_.profile_repeats,
+          options_.checkpoint_mode);
+      const ThroughputChoice& choice = throughput_.emplace(plan_throughput(
+          profiled.costs_at(), options_.batch, request.budget(),
+          ThroughputOptions().planner(PlannerOptions().mode(request.mode()).memory_slots(request.memory_slots()))));
+      micro_batch_ = choice.chosen().micro_batch;
+      micro_costs = profiled.at(micro_batch_);
+      // The whole batch's budget in bytes, for the micro-batch's plan.
+      micro_request = PlanRequest::of_budget(Budget::bytes(choice.budget_bytes))
+                          .mode(request.mode())
+                          .memory_slots(request.memory_slots());
+    }
+    const at::Tensor micro_tokens = tokens.narrow(0, 0, micro_batch_), micro_targets = targets.narrow(0, 0, micro_batch_);
+    const ChosenPlan chosen = models::gpt_choose_plan(
+        micro_request, options_.model.layers(),
+        [&] {
+          if (micro_costs) return models::GptCosts{*micro_costs};  // the throughput search's
+          return models::profile_gpt(model_, micro_tokens, micro_targets, options_.profile_repeats,
+                                     options_.checkpoint_mode);
+        },
+        models::gpt_measure_peak(model_, micro_tokens, micro_targets));
     plan_ = chosen.plan;
     plan_source_ = chosen.source;
+    if (throughput_) {
+      plan_source_ = "most throughput under budget " + options_.budget + ": micro-batch " + std::to_string(micro_batch_) +
+                     " x " + std::to_string(options_.batch / micro_batch_) + ", " + chosen.source;
+    }
     budget_plan_ = chosen.planned;
     if (budget && world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
   }
   plan_.bind_to(*chain_);
   if (world_size_ > 1) options_.process_group->check_same("the plan", {plan_.to_string()});
-}
-
-models::GptCosts Trainer::profile_first_batch() const {
-  // The run's first batch (a sampler of its own: the run's batches are unchanged); profiling leaves
-  // the model, its gradients and the RNG as they were.
-  BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);
-  const auto [tokens, targets] = first.next();
-  return models::profile_gpt(model_, tokens, targets, options_.profile_repeats, options_.checkpoint_mode);
 }
 
 std::pair<at::Tensor, at::Tensor> Trainer::local_batch(std::pair<at::Tensor, at::Tensor> global) const {
@@ -222,20 +257,32 @@ StepRecord Trainer::step() {
 
   const auto start = std::chrono::steady_clock::now();
   optimizer_->zero_grad();
-  chain_->set_targets(targets);
-  at::Tensor loss;
-  const StepMeasurement m = measure_step([&] {
-    loss = run_plan(*chain_, plan_, tokens);
-    return loss;
-  });
+  // Micro-batches in order, their gradients accumulated: each loss (a mean over its tokens) scaled
+  // by 1/k makes the sum the whole batch's mean-loss gradient.
+  const int64_t micro_batches = tokens.size(0) / micro_batch_;
+  double loss_sum = 0;
+  int64_t activation_peak = 0;
+  for (int64_t i = 0; i < micro_batches; ++i) {
+    const bool whole = micro_batches == 1;
+    const at::Tensor micro_tokens = whole ? tokens : tokens.narrow(0, i * micro_batch_, micro_batch_);
+    chain_->set_targets(whole ? targets : targets.narrow(0, i * micro_batch_, micro_batch_));
+    at::Tensor micro_loss;
+    const StepMeasurement m = measure_step([&] {
+      micro_loss = run_plan(*chain_, plan_, micro_tokens);
+      return whole ? micro_loss : micro_loss / static_cast<double>(micro_batches);
+    });
+    loss_sum += micro_loss.item<double>();
+    activation_peak = std::max(activation_peak, m.activation_peak_bytes());
+  }
+  const double loss = loss_sum / static_cast<double>(micro_batches);
   StepRecord record;
   if (synchronizer_) record.communication_seconds = synchronizer_->finish().wait_seconds;
   optimizer_->step();
   record.step = step_;
   // The global batch's loss: the mean of the ranks' (equal-sized slices).
-  record.loss = options_.process_group ? options_.process_group->mean(loss.item<double>()) : loss.item<double>();
+  record.loss = options_.process_group ? options_.process_group->mean(loss) : loss;
   record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  record.activation_peak_bytes = m.activation_peak_bytes();
+  record.activation_peak_bytes = activation_peak;
   record.tokens = tokens.numel() * world_size_;
   if (options_.save_every > 0 && step_ % options_.save_every == 0) save();
   return record;
@@ -276,12 +323,14 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
 PlanVerification Trainer::verify() {
   BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);  // the run's batches unchanged
   auto [tokens, targets] = first.next();
-  chain_->set_targets(targets);
-  return verify_plan(*chain_, plan_, tokens);
+  chain_->set_targets(targets.narrow(0, 0, micro_batch_));
+  return verify_plan(*chain_, plan_, tokens.narrow(0, 0, micro_batch_));
 }
 
 CompareResult Trainer::compare(int steps) {
-  auto [tokens, targets] = local_batch(sampler_->next());
+  auto [batch_tokens, batch_targets] = local_batch(sampler_->next());
+  // One micro-batch: what the plan was made for and each forward holds.
+  const at::Tensor tokens = batch_tokens.narrow(0, 0, micro_batch_), targets = batch_targets.narrow(0, 0, micro_batch_);
   const auto measured = measure_plans(model_, {plan_, Plan::plain(*chain_)}, tokens, targets, steps);
   optimizer_->zero_grad();
   CompareResult result;

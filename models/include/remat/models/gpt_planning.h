@@ -8,6 +8,7 @@
 
 #include "remat/plan_request.h"
 #include "remat/planner.h"
+#include "remat/throughput.h"
 #include "remat/models/gpt.h"
 
 namespace remat::models {
@@ -38,8 +39,19 @@ void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t bat
 std::string gpt_request_granularity(const PlanRequest& request);
 
 /// choose_plan on a GPT of `layers` layers: its own and the generic policies, and `costs` (the
-/// half-block table, profiled or estimated; called only for a budget).
-ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs = nullptr);
+/// half-block table, profiled or estimated; called only for a budget), the budget's plan verified
+/// with `measure_peak` where given (gpt_measure_peak).
+ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs = nullptr,
+                           const MeasurePeak& measure_peak = nullptr);
+
+/// Profiles `model` (half-block chain) at each of `batches`, on the first rows of `tokens` and
+/// `targets`, for plan_throughput (remat/throughput.h).
+ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
+                                    const std::vector<int64_t>& batches, int repeats,
+                                    CheckpointMode mode = CheckpointMode::reentrant);
+
+/// Measures a half-block plan's activation peak on `model` with one batch (measure_plan_peak).
+MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets);
 
 /// The GPT's policies worth comparing, generic and its own, without ",skip-ends" (the one list:
 /// planners' comparisons and `remat bench`'s defaults derive from it).

@@ -21,6 +21,7 @@
 #include "remat/plan.h"
 #include "remat/distributed.h"
 #include "remat/plan_measurement.h"
+#include "remat/throughput.h"
 #include "remat/train/corpus.h"
 
 namespace remat::train {
@@ -39,6 +40,13 @@ struct TrainOptions {
   int64_t memory_slots = kDefaultMemorySlots;  ///< the planner's memory grid, when planning for `budget`
   /// How a policy's or a budget's plan checkpoints (a plan file's own mode is kept).
   CheckpointMode checkpoint_mode = CheckpointMode::reentrant;
+  /// Sequences per forward and backward: each step's `batch` runs as batch / micro_batch
+  /// micro-batches whose gradients add up (each loss scaled by micro_batch / batch) to the
+  /// batch's own. 0: the whole batch at once. A divisor of `batch`; plans are made for it.
+  int64_t micro_batch = 0;
+  /// With a budget: choose micro_batch together with the plan, for the most samples per second
+  /// under the budget (remat/throughput.h; a share of the budget is of the whole batch's peak).
+  bool maximize_throughput = false;
   int threads = 2;
   uint64_t seed = 0;
   std::string data_file;                            ///< empty: the default corpus
@@ -98,6 +106,10 @@ class Trainer {
   /// update, and the model, its gradients and the RNG are left as they were.
   PlanVerification verify();
   const std::string& plan_source() const { return plan_source_; }
+  /// Sequences per forward and backward (TrainOptions::micro_batch, or the throughput search's choice).
+  int64_t micro_batch() const { return micro_batch_; }
+  /// The throughput search's frontier, when TrainOptions::maximize_throughput chose the micro-batch.
+  const std::optional<ThroughputChoice>& throughput_choice() const { return throughput_; }
   models::Gpt model() const { return model_; }
   int64_t global_step() const { return step_; }
   const TrainOptions& options() const { return options_; }
@@ -121,11 +133,11 @@ class Trainer {
   mutable int64_t saved_step_ = -1;
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<distributed::GradientSynchronizer> synchronizer_;
-  /// Sets plan_ and plan_source_ from the request and binds the plan; for a budget rank 0 profiles
-  /// and plans and the other ranks receive its plan.
+  /// Sets plan_ and plan_source_ from the request and binds the plan; for a budget rank 0 profiles,
+  /// plans and verifies the plan on the run's first batch, and the other ranks receive its plan.
   void choose_plan(const PlanRequest& request);
-  /// The GPT's costs on the run's first batch, for a budget's plan.
-  models::GptCosts profile_first_batch() const;
+  int64_t micro_batch_ = 0;
+  std::optional<ThroughputChoice> throughput_;
   /// This rank's slice of a global batch.
   std::pair<at::Tensor, at::Tensor> local_batch(std::pair<at::Tensor, at::Tensor> global) const;  ///< the global step last saved to save_dir
   std::string threads_description_;

@@ -1,0 +1,80 @@
+// Planning a model of sub-millisecond stages: a stack of small MLP-mixer blocks (Tolstikhin et al.
+// 2021) on random patch embeddings. At this size a checkpoint boundary's own cost (the call,
+// recording its graph, saving and restoring the RNG state) is a large part of each stage's time:
+// the planner charges it per segment (cost_model.h, CostTable::segment_seconds).
+//
+//   remat_plan_mixer            12 blocks, 37 tokens of 72 channels, batch 6 (the size)
+//   remat_plan_mixer --quick    the same, one measured step (what the tests run); --steps N: measured steps
+#include <iostream>
+
+#include <torch/torch.h>
+
+#include "remat/budget_planner.h"
+#include "remat/internal/process.h"
+#include "remat/memory.h"
+#include "remat/sequential_chain.h"
+#include "support/budget_report.h"
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+
+struct Config {
+  int64_t blocks = 12, tokens = 37, channels = 72, batch = 6;
+};
+
+// One mixer block, (N, T, C) -> (N, T, C): a token-mixing MLP across the T positions of each
+// channel, then a channel-mixing MLP across the C channels of each token, each pre-normed, with
+// dropout and a residual add.
+struct MixerBlockImpl : nn::Module {
+  MixerBlockImpl(int64_t tokens, int64_t channels)
+      : token_norm(register_module("token_norm", nn::LayerNorm(nn::LayerNormOptions({channels})))),
+        token_in(register_module("token_in", nn::Linear(tokens, 2 * tokens))),
+        token_out(register_module("token_out", nn::Linear(2 * tokens, tokens))),
+        channel_norm(register_module("channel_norm", nn::LayerNorm(nn::LayerNormOptions({channels})))),
+        channel_in(register_module("channel_in", nn::Linear(channels, 4 * channels))),
+        channel_out(register_module("channel_out", nn::Linear(4 * channels, channels))),
+        dropout(register_module("dropout", nn::Dropout(0.1))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    const at::Tensor mixed_tokens = token_out(F::gelu(token_in(token_norm(x).transpose(1, 2)))).transpose(1, 2);
+    const at::Tensor y = x + dropout(mixed_tokens);
+    return y + dropout(channel_out(F::gelu(channel_in(channel_norm(y)))));
+  }
+  nn::LayerNorm token_norm;
+  nn::Linear token_in, token_out;
+  nn::LayerNorm channel_norm;
+  nn::Linear channel_in, channel_out;
+  nn::Dropout dropout;
+};
+TORCH_MODULE(MixerBlock);
+
+nn::Sequential make_mixer(const Config& c) {
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int64_t b = 0; b < c.blocks; ++b) net->push_back("block" + std::to_string(b), MixerBlock(c.tokens, c.channels));
+  return net;
+}
+
+int run(int argc, char** argv) {
+  Config config;
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string flag = argv[i];
+    const int64_t value = std::atoll(argv[i + 1]);
+    if (flag == "--blocks") config.blocks = value;
+    if (flag == "--tokens") config.tokens = value;
+    if (flag == "--channels") config.channels = value;
+    if (flag == "--batch") config.batch = value;
+  }
+  std::cout << "remat_plan_mixer: " << config.blocks << " x MLP-mixer block (" << config.tokens << " tokens, "
+            << config.channels << " channels, token MLP x2, channel MLP x4, GELU, dropout 0.1), batch "
+            << config.batch << ", " << remat::set_cpu_threads(2) << "\n";
+  remat::install_cpu_memory_tracker();
+  remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
+  torch::manual_seed(1);
+  const at::Tensor x = torch::randn({config.batch, config.tokens, config.channels});
+  const at::Tensor target = torch::randn({config.batch, config.tokens, config.channels});
+  const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
+  return remat_examples::report_budgets([&] { return make_mixer(config); },
+                                        [&](const at::Tensor& out) { return F::mse_loss(out, target); }, x, options);
+}
+
+int main(int argc, char** argv) { return remat_examples::run_example(run, argc, argv); }

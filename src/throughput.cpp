@@ -1,0 +1,276 @@
+#include "remat/throughput.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/error.h"
+#include "remat/memory.h"
+
+namespace remat {
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Least-squares line through (x, y) evaluated at `at` (exact through two points).
+double affine_fit(const std::vector<double>& x, const std::vector<double>& y, double at) {
+  const double n = static_cast<double>(x.size());
+  double mean_x = 0, mean_y = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    mean_x += x[i] / n;
+    mean_y += y[i] / n;
+  }
+  double covariance = 0, variance = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    covariance += (x[i] - mean_x) * (y[i] - mean_y);
+    variance += (x[i] - mean_x) * (x[i] - mean_x);
+  }
+  const double slope = variance > 0 ? covariance / variance : 0.0;
+  return mean_y + slope * (at - mean_x);
+}
+
+// The tables' JSON (CostTable::to_json, the one schema) walked in step: every "..._bytes" and
+// "..._seconds" number fitted across the batch sizes, everything else required equal. An explicit
+// stack: tables may hold thousands of stages.
+nlohmann::json interpolate_json(const std::vector<nlohmann::json>& tables, const std::vector<double>& batches,
+                                double batch) {
+  nlohmann::json result = tables.front();
+  struct Node {
+    nlohmann::json* out;
+    std::vector<const nlohmann::json*> in;
+    std::string where;
+  };
+  std::vector<Node> stack;
+  {
+    Node root{&result, {}, "the cost table"};
+    for (const auto& t : tables) root.in.push_back(&t);
+    stack.push_back(std::move(root));
+  }
+  while (!stack.empty()) {
+    Node node = std::move(stack.back());
+    stack.pop_back();
+    const nlohmann::json& first = *node.in.front();
+    for (const nlohmann::json* other : node.in) {
+      REMAT_CHECK(other->type() == first.type() && other->size() == first.size(), "interpolate_costs: the profiles ",
+                  "differ in shape at ", node.where, "; profile one chain at each batch size.");
+    }
+    if (first.is_object()) {
+      for (auto it = node.out->begin(); it != node.out->end(); ++it) {
+        const std::string& key = it.key();
+        if (key == "source") continue;
+        Node child{&it.value(), {}, node.where + "." + key};
+        for (const nlohmann::json* t : node.in) {
+          REMAT_CHECK(t->contains(key), "interpolate_costs: the profiles differ at ", child.where,
+                      "; profile one chain at each batch size.");
+          child.in.push_back(&(*t)[key]);
+        }
+        if (first[key].is_number() && (ends_with(key, "_bytes") || ends_with(key, "_seconds"))) {
+          std::vector<double> values;
+          for (const nlohmann::json* v : child.in) values.push_back(v->get<double>());
+          const double fitted = std::max(0.0, affine_fit(batches, values, batch));
+          if (ends_with(key, "_bytes")) {
+            *child.out = static_cast<int64_t>(std::ceil(fitted));
+          } else {
+            *child.out = fitted;
+          }
+          continue;
+        }
+        stack.push_back(std::move(child));
+      }
+    } else if (first.is_array()) {
+      for (size_t i = 0; i < first.size(); ++i) {
+        Node child{&(*node.out)[i], {}, node.where + "[" + std::to_string(i) + "]"};
+        for (const nlohmann::json* t : node.in) child.in.push_back(&(*t)[i]);
+        stack.push_back(std::move(child));
+      }
+    } else {
+      for (const nlohmann::json* other : node.in) {
+        REMAT_CHECK(*other == first, "interpolate_costs: the profiles differ at ", node.where, " (",
+                    first.dump(), " and ", other->dump(), "); profile one chain at each batch size.");
+      }
+    }
+  }
+  return result;
+}
+
+// The plan that checkpoints nothing, with `plan`'s names, granularity, mode and default options.
+Plan unchecked_like(const Plan& plan) {
+  Plan plain = plan;
+  plain.items.clear();
+  for (size_t i = 0; i < plan.stage_names.size(); ++i) plain.items.push_back(PlanItem::run(static_cast<int64_t>(i)));
+  if (!plain.default_options.empty()) plain.options = plain.default_options;
+  return plain;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+CostTable interpolate_costs(const std::vector<std::pair<int64_t, CostTable>>& profiled, int64_t batch) {
+  REMAT_CHECK(!profiled.empty(), "interpolate_costs: give at least one profiled batch size.");
+  REMAT_CHECK(batch >= 1, "interpolate_costs: the batch size must be at least 1, got ", batch, ".");
+  std::vector<double> batches;
+  for (const auto& [b, table] : profiled) {
+    if (b == batch) return table;
+    REMAT_CHECK(b >= 1, "interpolate_costs: profiled batch sizes must be at least 1, got ", b, ".");
+    REMAT_CHECK(std::find(batches.begin(), batches.end(), static_cast<double>(b)) == batches.end(),
+                "interpolate_costs: batch size ", b, " is profiled twice.");
+    batches.push_back(static_cast<double>(b));
+  }
+  REMAT_CHECK(profiled.size() >= 2, "interpolate_costs: a table at batch ", batch, " needs profiles at two batch ",
+              "sizes or more; there is one, at ", profiled.front().first, ".");
+  std::vector<nlohmann::json> tables;
+  for (const auto& entry : profiled) tables.push_back(nlohmann::json::parse(entry.second.to_json()));
+  nlohmann::json fitted = interpolate_json(tables, batches, static_cast<double>(batch));
+  std::string sizes;
+  for (const auto& entry : profiled) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.first);
+  fitted["source"] = "interpolated at batch " + std::to_string(batch) + " from profiles at " + sizes + " (" +
+                     profiled.front().second.source + ")";
+  return CostTable::from_json(fitted.dump(), "the interpolated cost table");
+}
+
+InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, CostTable>>& profiled) {
+  std::vector<std::pair<int64_t, CostTable>> sorted = profiled;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  InterpolationCheck check;
+  for (size_t i = 1; i + 1 < sorted.size(); ++i) {
+    std::vector<std::pair<int64_t, CostTable>> others = sorted;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    const CostTable& actual = sorted[i].second;
+    const CostTable predicted = interpolate_costs(others, sorted[i].first);
+    const Prediction a = simulate(actual.plain_plan(), actual), p = simulate(predicted.plain_plan(), predicted);
+    const double peak_error = std::abs(static_cast<double>(p.peak_bytes - a.peak_bytes)) /
+                              std::max(1.0, static_cast<double>(a.peak_bytes));
+    const double step_error = a.step_seconds > 0 ? std::abs(p.step_seconds - a.step_seconds) / a.step_seconds : 0.0;
+    if (std::max(peak_error, step_error) >= std::max(check.peak_error, check.step_error)) {
+      check.worst_batch = sorted[i].first;
+    }
+    check.peak_error = std::max(check.peak_error, peak_error);
+    check.step_error = std::max(check.step_error, step_error);
+  }
+  return check;
+}
+
+ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_batch, const Budget& budget,
+                                 const ThroughputOptions& options) {
+  REMAT_CHECK(static_cast<bool>(costs_at), "plan_throughput: give the chain's costs at a batch size (profile_batches).");
+  REMAT_CHECK(global_batch >= 1, "plan_throughput: the global batch must be at least 1, got ", global_batch, ".");
+  std::vector<int64_t> micro_batches = options.micro_batches().empty() ? divisors(global_batch) : options.micro_batches();
+  std::sort(micro_batches.begin(), micro_batches.end());
+  micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
+  for (const int64_t m : micro_batches) {
+    REMAT_CHECK(m >= 1 && global_batch % m == 0, "plan_throughput: micro-batch ", m, " does not divide the global ",
+                "batch ", global_batch, "; equal micro-batches are what make accumulated gradients the global ",
+                "batch's. Give divisors of ", global_batch, ".");
+  }
+  const PlannerOptions& planner = options.planner();
+  const CostTable global_costs = costs_at(global_batch);
+  ThroughputChoice choice;
+  choice.global_batch = global_batch;
+  choice.unchecked_peak_bytes = simulate(global_costs.plain_plan(planner.mode()), global_costs).peak_bytes;
+  choice.budget_bytes = budget.to_bytes(choice.unchecked_peak_bytes);
+  for (const int64_t m : micro_batches) {
+    MicroBatchChoice c;
+    c.micro_batch = m;
+    c.accumulation = global_batch / m;
+    const CostTable costs = m == global_batch ? global_costs : costs_at(m);
+    c.planned = plan_optimal(costs, Budget::bytes(choice.budget_bytes), planner);
+    const double micro = static_cast<double>(m);
+    if (c.planned.feasible && c.planned.prediction.step_seconds > 0) {
+      c.predicted_samples_per_second = micro / c.planned.prediction.step_seconds;
+    }
+    c.unchecked_fits = c.planned.unchecked.peak_bytes <= choice.budget_bytes;
+    if (c.unchecked_fits && c.planned.unchecked.step_seconds > 0) {
+      c.unchecked_samples_per_second = micro / c.planned.unchecked.step_seconds;
+    }
+    const size_t index = choice.frontier.size();
+    // Ties go to the larger micro-batch: fewer optimizer-free steps, the same samples.
+    if (c.predicted_samples_per_second > 0 &&
+        (!choice.best || c.predicted_samples_per_second >= choice.frontier[*choice.best].predicted_samples_per_second)) {
+      choice.best = index;
+    }
+    if (c.unchecked_fits) choice.largest_unchecked = index;
+    if (m == global_batch && c.planned.feasible) choice.whole_batch = index;
+    choice.frontier.push_back(std::move(c));
+  }
+  return choice;
+}
+
+const MicroBatchChoice& ThroughputChoice::chosen() const {
+  if (best) return frontier[*best];
+  int64_t least = -1;
+  int64_t at = 0;
+  for (const auto& c : frontier) {
+    const int64_t l = c.planned.least_feasible_budget_bytes;
+    if (l >= 0 && (least < 0 || l < least)) {
+      least = l;
+      at = c.micro_batch;
+    }
+  }
+  REMAT_CHECK(least >= 0, "plan_throughput: no micro-batch fits a budget of ", format_bytes(budget_bytes),
+              ", and none fits any budget. Plan a smaller model.");
+  REMAT_CHECK(false, "plan_throughput: no micro-batch of the global batch ", global_batch, " fits a budget of ",
+              budget_bytes, " bytes (", format_bytes(budget_bytes), "): the least that fits is ", least, " bytes (",
+              format_bytes(least), ", at micro-batch ", at, "). Give at least that.");
+  return frontier.front();
+}
+
+std::vector<MeasuredMicroBatch> measure_frontier(
+    const ThroughputChoice& choice,
+    const std::function<std::vector<PlanMeasurement>(int64_t micro_batch, const std::vector<Plan>& plans)>& measure) {
+  REMAT_CHECK(static_cast<bool>(measure), "measure_frontier: give a function measuring plans at a micro-batch size.");
+  std::vector<MeasuredMicroBatch> measured;
+  for (const MicroBatchChoice& c : choice.frontier) {
+    if (!c.planned.feasible) continue;
+    std::vector<Plan> plans{c.planned.plan};
+    if (c.unchecked_fits) plans.push_back(unchecked_like(c.planned.plan));
+    const std::vector<PlanMeasurement> m = measure(c.micro_batch, plans);
+    REMAT_CHECK(m.size() == plans.size(), "measure_frontier: the measure returned ", m.size(), " measurements for ",
+                plans.size(), " plans.");
+    MeasuredMicroBatch out;
+    out.micro_batch = c.micro_batch;
+    out.planned = m[0];
+    const double micro = static_cast<double>(c.micro_batch);
+    out.samples_per_second = m[0].step_seconds > 0 ? micro / m[0].step_seconds : 0.0;
+    if (c.unchecked_fits) {
+      out.unchecked = m[1];
+      out.unchecked_samples_per_second = m[1].step_seconds > 0 ? micro / m[1].step_seconds : 0.0;
+    }
+    measured.push_back(std::move(out));
+  }
+  return measured;
+}
+
+ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
+                                const std::vector<int64_t>& batches, const ProfileOptions& options) {
+  REMAT_CHECK(static_cast<bool>(sample_of_batch), "profile_batches: give a function from a batch size to a sample input.");
+  REMAT_CHECK(!batches.empty(), "profile_batches: give at least one batch size.");
+  ProfiledBatches profiled;
+  for (const int64_t b : batches) {
+    REMAT_CHECK(b >= 1, "profile_batches: batch sizes must be at least 1, got ", b, ".");
+    profiled.tables.emplace_back(b, profile_chain(chain, sample_of_batch(b), options));
+  }
+  return profiled;
+}
+
+std::vector<int64_t> default_profile_batches(int64_t global_batch) {
+  REMAT_CHECK(global_batch >= 1, "the global batch must be at least 1, got ", global_batch, ".");
+  std::vector<int64_t> sizes{global_batch};
+  for (const int64_t d : {2, 4}) {
+    if (global_batch % d == 0 && global_batch / d >= 1) sizes.push_back(global_batch / d);
+  }
+  if (sizes.size() == 1 && global_batch > 1) sizes.push_back(1);
+  return sizes;
+}
+
+}  // namespace remat
