@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <ATen/ops/ones_like.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include "detail/chain_state.h"

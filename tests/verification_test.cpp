@@ -13,6 +13,7 @@
 #include "remat/policies.h"
 #include "remat/profiler.h"
 #include "remat/sequential_chain.h"
+#include "remat/throughput.h"
 #include "support/compare.h"
 
 namespace nn = torch::nn;
@@ -226,4 +227,43 @@ TEST(SegmentCost, ADearSegmentMakesThePlannerChooseFewerLongerOnes) {
   ASSERT_TRUE(cheap.feasible && dear.feasible);
   EXPECT_LT(segments_of(dear.plan), segments_of(cheap.plan)) << cheap.plan.to_string() << " / " << dear.plan.to_string();
   EXPECT_DOUBLE_EQ(dear.prediction.step_seconds, remat::simulate(dear.plan, costs).step_seconds);
+}
+
+// The throughput search on a model of one's own: a SequentialChain, its sample made from the batch
+// size, profiled at three sizes; the chosen micro-batch's plan measures within the budget.
+TEST(Throughput, WorksForASequentialChainGivenASampleOfEachBatchSize) {
+  remat::install_cpu_memory_tracker();
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int i = 0; i < 6; ++i) {
+    net->push_back(nn::Linear(32, 128));
+    net->push_back(nn::GELU());
+    net->push_back(nn::Linear(128, 32));
+  }
+  const at::Tensor inputs = torch::randn({16, 32}), targets = torch::randn({16, 32});
+  // The loss takes the targets of whatever batch the output has.
+  remat::SequentialChain chain(net, [&](const at::Tensor& out) {
+    return F::mse_loss(out, targets.narrow(0, 0, out.size(0)));
+  });
+  const auto sample = [&](int64_t batch) { return inputs.narrow(0, 0, batch); };
+  const remat::ProfiledBatches profiled =
+      remat::profile_batches(chain, sample, remat::default_profile_batches(16), remat::ProfileOptions().repeats(1));
+  ASSERT_EQ(profiled.tables.size(), 3u);  // 16, 8 and 4
+  const remat::ThroughputChoice choice = remat::plan_throughput(profiled.costs_at(), 16, "40%");
+  ASSERT_EQ(choice.frontier.size(), 5u);  // 1, 2, 4, 8, 16
+  const remat::MicroBatchChoice& best = choice.chosen();
+  EXPECT_EQ(best.micro_batch * best.accumulation, 16);
+  for (const auto& f : choice.frontier) {
+    EXPECT_EQ(f.micro_batch * f.accumulation, 16);
+    if (f.planned.feasible) EXPECT_GE(best.predicted_samples_per_second, f.predicted_samples_per_second);
+  }
+  // Run: each micro-batch's plan within the budget (the interpolated tables included).
+  const auto measured = remat::measure_frontier(choice, [&](int64_t micro, const std::vector<remat::Plan>& plans) {
+    return remat::measure_plans(chain, plans, sample(micro), 1);
+  });
+  ASSERT_FALSE(measured.empty());
+  for (const auto& m : measured) {
+    EXPECT_LE(m.planned.activation_peak_bytes, choice.budget_bytes) << "micro-batch " << m.micro_batch;
+    EXPECT_GT(m.samples_per_second, 0);
+  }
 }
