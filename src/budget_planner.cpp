@@ -31,7 +31,7 @@ PlanResult plan_verified(const CostTable& costs, const Budget& budget, const Pla
     worst_error = std::max(worst_error, result.measured_peak_bytes - result.prediction.peak_bytes);
     if (round == max_replans) break;
     PlanResult next = planner.plan(budget_bytes - worst_error);
-    if (!next.feasible || next.plan.to_json() == result.plan.to_json()) break;
+    if (!next.feasible || next.plan.to_string() == result.plan.to_string()) break;  // nothing new to measure
     next.budget_bytes = budget_bytes;
     next.solve_seconds = result.solve_seconds;
     result = std::move(next);

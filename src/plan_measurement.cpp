@@ -38,39 +38,61 @@ bool equal_bits(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
-                                           const std::vector<Plan>& plans, const at::Tensor& input, int steps,
-                                           const MeasureProgress& progress) {
+std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int steps, const MeasureProgress& progress) {
   REMAT_CHECK(steps >= 1, "measure_plans: steps must be at least 1, got ", steps, ".");
-  REMAT_CHECK(!plans.empty(), "measure_plans: give at least one plan.");
-  for (const auto& plan : plans) plan.validate_against(chain_for(plan));
-  if (input.device().is_cpu()) install_cpu_memory_tracker();
-  std::vector<std::unique_ptr<detail::ChainStateGuard>> guards;  // one per distinct chain
-  std::vector<const Chain*> guarded;
-  for (const auto& plan : plans) {
-    Chain& chain = chain_for(plan);
-    if (std::find(guarded.begin(), guarded.end(), &chain) != guarded.end()) continue;
-    guarded.push_back(&chain);
-    guards.push_back(std::make_unique<detail::ChainStateGuard>(chain, input));
+  REMAT_CHECK(!runs.empty(), "measure_plans: give at least one plan.");
+  for (const auto& run : runs) {
+    REMAT_CHECK(run.chain != nullptr && run.input.defined(), "measure_runs: every run needs a chain and an input.");
+    run.plan.validate_against(*run.chain);
   }
-  std::vector<std::vector<double>> seconds(plans.size());
-  std::vector<PlanMeasurement> result(plans.size());
+  if (runs.front().input.device().is_cpu()) install_cpu_memory_tracker();
+  // One guard per distinct chain, all taken before any step: chains sharing modules then all hold
+  // the state on entry, and any order of restoring puts it back.
+  std::vector<std::unique_ptr<detail::ChainStateGuard>> guards;
+  std::vector<const Chain*> guarded;
+  for (const auto& run : runs) {
+    if (std::find(guarded.begin(), guarded.end(), run.chain) != guarded.end()) continue;
+    guarded.push_back(run.chain);
+    guards.push_back(std::make_unique<detail::ChainStateGuard>(*run.chain, run.input));
+  }
+  std::vector<std::vector<double>> seconds(runs.size());
+  std::vector<PlanMeasurement> result(runs.size());
+  // A run after one of another input shape first takes an untimed step: in training every step has
+  // one shape, and the first after a change pays for the caches and the allocator's free lists the
+  // other left behind (on a CPU, several percent of a small batch's step).
+  std::vector<bool> after_other_shape(runs.size(), false);
+  for (size_t p = 0; p < runs.size(); ++p) {
+    const at::Tensor& before = runs[(p + runs.size() - 1) % runs.size()].input;
+    after_other_shape[p] = before.sizes() != runs[p].input.sizes();
+  }
   for (int round = -1; round < steps; ++round) {  // round -1 warms up (and allocates gradients)
-    for (size_t p = 0; p < plans.size(); ++p) {
+    for (size_t p = 0; p < runs.size(); ++p) {
       if (progress) progress(round + 1, steps + 1, p);
-      Chain& chain = chain_for(plans[p]);
-      zero_gradients(detail::chain_parameters(chain));
-      const auto m = measure_step([&] { return run_plan(chain, plans[p], input); }, input.device());
+      Chain& chain = *runs[p].chain;
+      const auto step = [&] {
+        zero_gradients(detail::chain_parameters(chain));
+        return measure_step([&] { return run_plan(chain, runs[p].plan, runs[p].input); }, runs[p].input.device());
+      };
+      if (round >= 0 && after_other_shape[p]) step();
+      const auto m = step();
       if (round < 0) continue;
       seconds[p].push_back(m.step_seconds);
       result[p].activation_peak_bytes = std::max(result[p].activation_peak_bytes, m.activation_peak_bytes());
     }
   }
-  for (size_t p = 0; p < plans.size(); ++p) {
+  for (size_t p = 0; p < runs.size(); ++p) {
     result[p].step_seconds = median(seconds[p]);
     result[p].all_step_seconds = seconds[p];
   }
   return result;
+}
+
+std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
+                                           const std::vector<Plan>& plans, const at::Tensor& input, int steps,
+                                           const MeasureProgress& progress) {
+  std::vector<PlanRun> runs;
+  for (const auto& plan : plans) runs.push_back({&chain_for(plan), plan, input});
+  return measure_runs(runs, steps, progress);
 }
 
 double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& baseline) {

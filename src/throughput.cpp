@@ -1,12 +1,19 @@
 #include "remat/throughput.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include <ATen/ops/ones_like.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "detail/chain_state.h"
+#include "detail/cuda_memory.h"
 #include "remat/error.h"
+#include "remat/internal/statistics.h"
 #include "remat/memory.h"
 
 namespace remat {
@@ -16,21 +23,16 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Least-squares line through (x, y) evaluated at `at` (exact through two points).
-double affine_fit(const std::vector<double>& x, const std::vector<double>& y, double at) {
-  const double n = static_cast<double>(x.size());
-  double mean_x = 0, mean_y = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    mean_x += x[i] / n;
-    mean_y += y[i] / n;
-  }
-  double covariance = 0, variance = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    covariance += (x[i] - mean_x) * (y[i] - mean_y);
-    variance += (x[i] - mean_x) * (x[i] - mean_x);
-  }
-  const double slope = variance > 0 ? covariance / variance : 0.0;
-  return mean_y + slope * (at - mean_x);
+// The value at `at` of the broken line through the points (x sorted ascending, distinct): linear
+// between the two profiled sizes around `at`, and outside them along the segment nearest to it.
+// Not one least-squares line: per-sample time is not constant in the batch on a CPU (it falls as
+// kernels grow past their fixed costs, then rises as activations leave the caches), so a single
+// line fitted over 1..G passes beside every profiled size and, extrapolated, goes to zero or below.
+double piecewise_linear(const std::vector<double>& x, const std::vector<double>& y, double at) {
+  size_t i = 0;  // the segment x[i]..x[i+1] used
+  while (i + 2 < x.size() && at > x[i + 1]) ++i;
+  const double slope = (y[i + 1] - y[i]) / (x[i + 1] - x[i]);
+  return y[i] + slope * (at - x[i]);
 }
 
 // The tables' JSON (CostTable::to_json, the one schema) walked in step: every "..._bytes" and
@@ -71,7 +73,7 @@ nlohmann::json interpolate_json(const std::vector<nlohmann::json>& tables, const
         if (first[key].is_number() && (ends_with(key, "_bytes") || ends_with(key, "_seconds"))) {
           std::vector<double> values;
           for (const nlohmann::json* v : child.in) values.push_back(v->get<double>());
-          const double fitted = std::max(0.0, affine_fit(batches, values, batch));
+          const double fitted = std::max(0.0, piecewise_linear(batches, values, batch));
           if (ends_with(key, "_bytes")) {
             *child.out = static_cast<int64_t>(std::ceil(fitted));
           } else {
@@ -97,6 +99,26 @@ nlohmann::json interpolate_json(const std::vector<nlohmann::json>& tables, const
   return result;
 }
 
+// Every "..._seconds" number of a cost table's JSON multiplied by `factor` (an explicit stack, as above).
+void scale_seconds(nlohmann::json& root, double factor) {
+  std::vector<nlohmann::json*> stack{&root};
+  while (!stack.empty()) {
+    nlohmann::json* node = stack.back();
+    stack.pop_back();
+    if (node->is_object()) {
+      for (auto it = node->begin(); it != node->end(); ++it) {
+        if (it.value().is_number() && ends_with(it.key(), "_seconds")) {
+          it.value() = it.value().get<double>() * factor;
+        } else if (it.value().is_structured()) {
+          stack.push_back(&it.value());
+        }
+      }
+    } else if (node->is_array()) {
+      for (auto& child : *node) stack.push_back(&child);
+    }
+  }
+}
+
 // The plan that checkpoints nothing, with `plan`'s names, granularity, mode and default options.
 Plan unchecked_like(const Plan& plan) {
   Plan plain = plan;
@@ -119,23 +141,25 @@ std::vector<int64_t> divisors(int64_t n) {
 CostTable interpolate_costs(const std::vector<std::pair<int64_t, CostTable>>& profiled, int64_t batch) {
   REMAT_CHECK(!profiled.empty(), "interpolate_costs: give at least one profiled batch size.");
   REMAT_CHECK(batch >= 1, "interpolate_costs: the batch size must be at least 1, got ", batch, ".");
+  std::vector<std::pair<int64_t, CostTable>> sorted = profiled;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<double> batches;
-  for (const auto& [b, table] : profiled) {
+  for (const auto& [b, table] : sorted) {
     if (b == batch) return table;
     REMAT_CHECK(b >= 1, "interpolate_costs: profiled batch sizes must be at least 1, got ", b, ".");
-    REMAT_CHECK(std::find(batches.begin(), batches.end(), static_cast<double>(b)) == batches.end(),
-                "interpolate_costs: batch size ", b, " is profiled twice.");
+    REMAT_CHECK(batches.empty() || batches.back() != static_cast<double>(b), "interpolate_costs: batch size ", b,
+                " is profiled twice.");
     batches.push_back(static_cast<double>(b));
   }
-  REMAT_CHECK(profiled.size() >= 2, "interpolate_costs: a table at batch ", batch, " needs profiles at two batch ",
+  REMAT_CHECK(sorted.size() >= 2, "interpolate_costs: a table at batch ", batch, " needs profiles at two batch ",
               "sizes or more; there is one, at ", profiled.front().first, ".");
   std::vector<nlohmann::json> tables;
-  for (const auto& entry : profiled) tables.push_back(nlohmann::json::parse(entry.second.to_json()));
+  for (const auto& entry : sorted) tables.push_back(nlohmann::json::parse(entry.second.to_json()));
   nlohmann::json fitted = interpolate_json(tables, batches, static_cast<double>(batch));
   std::string sizes;
-  for (const auto& entry : profiled) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.first);
+  for (const auto& entry : sorted) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.first);
   fitted["source"] = "interpolated at batch " + std::to_string(batch) + " from profiles at " + sizes + " (" +
-                     profiled.front().second.source + ")";
+                     sorted.front().second.source + ")";
   return CostTable::from_json(fitted.dump(), "the interpolated cost table");
 }
 
@@ -225,26 +249,41 @@ const MicroBatchChoice& ThroughputChoice::chosen() const {
   return frontier.front();
 }
 
-std::vector<MeasuredMicroBatch> measure_frontier(
-    const ThroughputChoice& choice,
-    const std::function<std::vector<PlanMeasurement>(int64_t micro_batch, const std::vector<Plan>& plans)>& measure) {
-  REMAT_CHECK(static_cast<bool>(measure), "measure_frontier: give a function measuring plans at a micro-batch size.");
-  std::vector<MeasuredMicroBatch> measured;
+std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice, const MeasureMicroBatches& measure) {
+  REMAT_CHECK(static_cast<bool>(measure), "measure_frontier: give a function measuring plans at micro-batch sizes.");
+  std::vector<MicroBatchRun> runs;
+  struct Indices {
+    size_t planned;
+    std::optional<size_t> unchecked;
+  };
+  std::vector<std::pair<const MicroBatchChoice*, Indices>> entries;
   for (const MicroBatchChoice& c : choice.frontier) {
     if (!c.planned.feasible) continue;
-    std::vector<Plan> plans{c.planned.plan};
-    if (c.unchecked_fits) plans.push_back(unchecked_like(c.planned.plan));
-    const std::vector<PlanMeasurement> m = measure(c.micro_batch, plans);
-    REMAT_CHECK(m.size() == plans.size(), "measure_frontier: the measure returned ", m.size(), " measurements for ",
-                plans.size(), " plans.");
-    MeasuredMicroBatch out;
-    out.micro_batch = c.micro_batch;
-    out.planned = m[0];
-    const double micro = static_cast<double>(c.micro_batch);
-    out.samples_per_second = m[0].step_seconds > 0 ? micro / m[0].step_seconds : 0.0;
+    Indices at{runs.size(), std::nullopt};
+    runs.push_back({c.micro_batch, c.planned.plan});
     if (c.unchecked_fits) {
-      out.unchecked = m[1];
-      out.unchecked_samples_per_second = m[1].step_seconds > 0 ? micro / m[1].step_seconds : 0.0;
+      // The plan is often the unchecked one itself: then one run answers both.
+      Plan plain = unchecked_like(c.planned.plan);
+      const bool same = plain.to_string() == c.planned.plan.to_string() && plain.mode == c.planned.plan.mode;
+      at.unchecked = same ? at.planned : runs.size();
+      if (!same) runs.push_back({c.micro_batch, std::move(plain)});
+    }
+    entries.emplace_back(&c, at);
+  }
+  if (runs.empty()) return {};
+  const std::vector<PlanMeasurement> m = measure(runs);
+  REMAT_CHECK(m.size() == runs.size(), "measure_frontier: the measure returned ", m.size(), " measurements for ",
+              runs.size(), " runs.");
+  std::vector<MeasuredMicroBatch> measured;
+  for (const auto& [c, at] : entries) {
+    MeasuredMicroBatch out;
+    out.micro_batch = c->micro_batch;
+    out.planned = m[at.planned];
+    const double micro = static_cast<double>(c->micro_batch);
+    out.samples_per_second = out.planned.step_seconds > 0 ? micro / out.planned.step_seconds : 0.0;
+    if (at.unchecked) {
+      out.unchecked = m[*at.unchecked];
+      out.unchecked_samples_per_second = out.unchecked->step_seconds > 0 ? micro / out.unchecked->step_seconds : 0.0;
     }
     measured.push_back(std::move(out));
   }
@@ -260,16 +299,66 @@ ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int
     REMAT_CHECK(b >= 1, "profile_batches: batch sizes must be at least 1, got ", b, ".");
     profiled.tables.emplace_back(b, profile_chain(chain, sample_of_batch(b), options));
   }
+  align_step_times(chain, sample_of_batch, profiled, options);
   return profiled;
+}
+
+void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
+                      ProfiledBatches& profiled, const ProfileOptions& options) {
+  REMAT_CHECK(static_cast<bool>(sample_of_batch), "align_step_times: give a function from a batch size to a sample input.");
+  profiled.time_scales.assign(profiled.tables.size(), 1.0);
+  if (profiled.tables.size() < 2) return;
+  const detail::ChainStateGuard untouched(chain, sample_of_batch(profiled.tables.front().first));
+  std::vector<std::vector<double>> seconds(profiled.tables.size());
+  std::vector<Plan> plain;
+  for (const auto& [b, table] : profiled.tables) plain.push_back(table.plain_plan(options.mode()));
+  // Round -1 warms up; in every round each size takes an untimed step first (the one after a size
+  // change pays for the other's caches and free lists, which a training loop of one size never does).
+  for (int round = -1; round < std::max(3, options.repeats()); ++round) {
+    for (size_t i = 0; i < profiled.tables.size(); ++i) {
+      const at::Tensor input = sample_of_batch(profiled.tables[i].first);
+      double step = 0;
+      for (int k = 0; k < 2; ++k) {
+        detail::synchronize_if_cuda(input.device());
+        const auto start = std::chrono::steady_clock::now();
+        const at::Tensor out = run_plan(chain, plain[i], input);
+        torch::autograd::backward({out}, {at::ones_like(out)});
+        detail::synchronize_if_cuda(input.device());
+        step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      }
+      if (round >= 0) seconds[i].push_back(step);
+    }
+  }
+  for (size_t i = 0; i < profiled.tables.size(); ++i) {
+    CostTable& table = profiled.tables[i].second;
+    const double predicted = simulate(plain[i], table).step_seconds;
+    if (predicted <= 0) continue;
+    const double scale = median(seconds[i]) / predicted;
+    profiled.time_scales[i] = scale;
+    nlohmann::json json = nlohmann::json::parse(table.to_json());
+    scale_seconds(json, scale);
+    const std::string source = table.source;
+    table = CostTable::from_json(json.dump(), "the aligned cost table");
+    table.source = source + ", times aligned across batch sizes";
+  }
 }
 
 std::vector<int64_t> default_profile_batches(int64_t global_batch) {
   REMAT_CHECK(global_batch >= 1, "the global batch must be at least 1, got ", global_batch, ".");
+  // The ends of the micro-batches searched (1 and G), so that every one is interpolated, never
+  // extrapolated, and the divisor nearest their geometric mean, so that the broken line bends where
+  // per-sample cost changes most and check_interpolation has an interior size to test the law on.
   std::vector<int64_t> sizes{global_batch};
-  for (const int64_t d : {2, 4}) {
-    if (global_batch % d == 0 && global_batch / d >= 1) sizes.push_back(global_batch / d);
+  if (global_batch == 1) return sizes;
+  const double middle = std::sqrt(static_cast<double>(global_batch));
+  int64_t nearest = 1;
+  for (const int64_t d : divisors(global_batch)) {
+    if (std::abs(std::log(static_cast<double>(d) / middle)) < std::abs(std::log(static_cast<double>(nearest) / middle))) {
+      nearest = d;
+    }
   }
-  if (sizes.size() == 1 && global_batch > 1) sizes.push_back(1);
+  if (nearest != 1 && nearest != global_batch) sizes.push_back(nearest);
+  sizes.push_back(1);
   return sizes;
 }
 

@@ -706,7 +706,17 @@ TEST(Throughput, TheSearchEqualsBruteForceOverMicroBatchesAndPlans) {
   }
 }
 
-TEST(Throughput, InterpolatesAffinelyBetweenProfiledBatchSizesAndRefusesMismatchedTables) {
+TEST(Throughput, ProfilesTheEndsOfTheMicroBatchesAndOneBetween) {
+  EXPECT_EQ(remat::default_profile_batches(16), (std::vector<int64_t>{16, 4, 1}));
+  EXPECT_EQ(remat::default_profile_batches(64), (std::vector<int64_t>{64, 8, 1}));
+  EXPECT_EQ(remat::default_profile_batches(12), (std::vector<int64_t>{12, 3, 1}));
+  EXPECT_EQ(remat::default_profile_batches(7), (std::vector<int64_t>{7, 1}));
+  EXPECT_EQ(remat::default_profile_batches(2), (std::vector<int64_t>{2, 1}));
+  EXPECT_EQ(remat::default_profile_batches(1), (std::vector<int64_t>{1}));
+  REMAT_EXPECT_ERROR(remat::default_profile_batches(0), "at least 1");
+}
+
+TEST(Throughput, InterpolatesLinearlyBetweenProfiledBatchSizesAndRefusesMismatchedTables) {
   std::mt19937 rng(3);
   const CostTable base = random_chain(rng, 4, 1);
   CostTable slope = base;
@@ -735,6 +745,34 @@ TEST(Throughput, InterpolatesAffinelyBetweenProfiledBatchSizesAndRefusesMismatch
   EXPECT_EQ(exact.worst_batch, 4);
   EXPECT_LT(exact.peak_error, 1e-9);
   EXPECT_LT(exact.step_error, 1e-9);
+
+  // A bent law (per-sample time halves above batch 4, as when kernels amortise their overheads):
+  // exact at every profiled size, linear between neighbours, never below zero beyond them.
+  const auto bent = [&](int64_t b) {
+    CostTable t = truth(b);
+    if (b > 4) {
+      for (auto& s : t.stages) s.options[0].backward_seconds = truth(4).stages[0].options[0].backward_seconds;
+    }
+    return t;
+  };
+  const std::vector<std::pair<int64_t, CostTable>> three = {{16, bent(16)}, {1, bent(1)}, {4, bent(4)}};
+  for (const int64_t b : {1, 4, 16}) {
+    EXPECT_DOUBLE_EQ(remat::interpolate_costs(three, b).stages[2].options[0].backward_seconds,
+                     bent(b).stages[2].options[0].backward_seconds);
+  }
+  const double at1 = bent(1).stages[2].options[0].backward_seconds, at4 = bent(4).stages[2].options[0].backward_seconds,
+               at16 = bent(16).stages[2].options[0].backward_seconds;
+  EXPECT_NEAR(remat::interpolate_costs(three, 2).stages[2].options[0].backward_seconds, at1 + (at4 - at1) / 3, 1e-12);
+  EXPECT_NEAR(remat::interpolate_costs(three, 8).stages[2].options[0].backward_seconds, at4 + (at16 - at4) / 3, 1e-12);
+  const remat::InterpolationCheck bend = remat::check_interpolation(three);
+  EXPECT_EQ(bend.worst_batch, 4);
+  EXPECT_GT(bend.step_error, 0.01);  // the bend is seen, not averaged away
+  // Below the profiled sizes the nearest segment continues, clipped at zero.
+  CostTable falling = truth(2);
+  for (auto& s : falling.stages) s.options[0].backward_seconds = 0.1;
+  CostTable steep = truth(4);
+  for (auto& s : steep.stages) s.options[0].backward_seconds = 10.0;
+  EXPECT_EQ(remat::interpolate_costs({{2, falling}, {4, steep}}, 1).stages[0].options[0].backward_seconds, 0.0);
 
   CostTable renamed = truth(8);
   renamed.stages[1].name = "other";

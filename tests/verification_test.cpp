@@ -248,7 +248,28 @@ TEST(Throughput, WorksForASequentialChainGivenASampleOfEachBatchSize) {
   const auto sample = [&](int64_t batch) { return inputs.narrow(0, 0, batch); };
   const remat::ProfiledBatches profiled =
       remat::profile_batches(chain, sample, remat::default_profile_batches(16), remat::ProfileOptions().repeats(1));
-  ASSERT_EQ(profiled.tables.size(), 3u);  // 16, 8 and 4
+  ASSERT_EQ(profiled.tables.size(), 3u);  // 16, 4 and 1
+  ASSERT_EQ(profiled.time_scales.size(), 3u);
+  {
+    // A profile taken while the machine ran ten times slower is put back on the others' clock.
+    remat::ProfiledBatches skewed = profiled;
+    remat::CostTable& slow = skewed.tables[1].second;
+    for (auto& stage : slow.stages) {
+      stage.nograd_seconds *= 10;
+      for (auto& o : stage.options) {
+        o.forward_seconds *= 10;
+        o.backward_seconds *= 10;
+        if (o.graph_only) o.graph_only->forward_seconds *= 10, o.graph_only->backward_seconds *= 10;
+      }
+    }
+    const auto step_of = [](const remat::CostTable& t) { return remat::simulate(t.plain_plan(), t).step_seconds; };
+    const double before = step_of(slow) / step_of(profiled.tables[1].second);
+    remat::align_step_times(chain, sample, skewed, remat::ProfileOptions().repeats(3));
+    EXPECT_GT(before, 9.0);
+    EXPECT_LT(skewed.time_scales[1], 0.5) << "the slow table's times scaled down";
+    EXPECT_LT(step_of(skewed.tables[1].second), 3.0 * step_of(skewed.tables[0].second))
+        << "batch 4 predicted no slower than three times batch 16 once aligned";
+  }
   const remat::ThroughputChoice choice = remat::plan_throughput(profiled.costs_at(), 16, "40%");
   ASSERT_EQ(choice.frontier.size(), 5u);  // 1, 2, 4, 8, 16
   const remat::MicroBatchChoice& best = choice.chosen();
@@ -258,8 +279,10 @@ TEST(Throughput, WorksForASequentialChainGivenASampleOfEachBatchSize) {
     if (f.planned.feasible) EXPECT_GE(best.predicted_samples_per_second, f.predicted_samples_per_second);
   }
   // Run: each micro-batch's plan within the budget (the interpolated tables included).
-  const auto measured = remat::measure_frontier(choice, [&](int64_t micro, const std::vector<remat::Plan>& plans) {
-    return remat::measure_plans(chain, plans, sample(micro), 1);
+  const auto measured = remat::measure_frontier(choice, [&](const std::vector<remat::MicroBatchRun>& runs) {
+    std::vector<remat::PlanRun> on_chain;
+    for (const auto& r : runs) on_chain.push_back({&chain, r.plan, sample(r.micro_batch)});
+    return remat::measure_runs(on_chain, 1);
   });
   ASSERT_FALSE(measured.empty());
   for (const auto& m : measured) {

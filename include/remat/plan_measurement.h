@@ -34,6 +34,18 @@ using MeasureProgress = std::function<void(int round, int rounds, size_t plan)>;
 std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
                                            const std::vector<Plan>& plans, const at::Tensor& input, int steps,
                                            const MeasureProgress& progress = {});
+/// One plan on its own chain and input, for measure_runs.
+struct PlanRun {
+  Chain* chain = nullptr;
+  Plan plan;
+  at::Tensor input;
+};
+/// The same, each run on its own chain and input (one model at several batch sizes, say), all
+/// interleaved: comparisons across inputs get the same protection from drift as across plans. A run
+/// whose input differs in shape from the run before it takes an untimed step first, so that each
+/// is timed as a training loop of its shape runs it.
+std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int steps,
+                                          const MeasureProgress& progress = {});
 /// The same, every plan on one chain.
 std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
                                            int steps, const MeasureProgress& progress = {});

@@ -350,9 +350,14 @@ void run_throughput_plan(PlanFlags& flags) {
   out << "...\n";
   const ProfiledBatches profiled = models::profile_gpt_batches(sample.model, sample.tokens, sample.targets, sizes,
                                                                flags.repeats, options.checkpoint_mode);
+  out << "profiles on one clock (each unchecked step measured in one interleaved series): times scaled by";
+  for (size_t i = 0; i < profiled.tables.size(); ++i) {
+    out << (i ? ", " : " ") << fixed(profiled.time_scales[i], 2) << " at batch " << profiled.tables[i].first;
+  }
+  out << "\n";
   const InterpolationCheck check = check_interpolation(profiled.tables);
   if (check.worst_batch > 0) {
-    out << "affine model check: batch " << check.worst_batch << " predicted from the other profiles: unchecked peak "
+    out << "linear law check: batch " << check.worst_batch << " predicted from the profiles around it: unchecked peak "
         << percent(check.peak_error) << " off, step " << percent(check.step_error) << " off\n";
   }
   const int64_t sequence = options.model.sequence();
@@ -366,9 +371,8 @@ void run_throughput_plan(PlanFlags& flags) {
                       {}};
     if (flags.measure) {
       out << "measuring the frontier at budget " << text << ", " << flags.measure_steps << " interleaved steps per plan...\n";
-      row.measured = measure_frontier(row.choice, [&](int64_t micro, const std::vector<Plan>& plans) {
-        return train::measure_plans(sample.model, plans, sample.tokens.narrow(0, 0, micro),
-                                    sample.targets.narrow(0, 0, micro), flags.measure_steps);
+      row.measured = measure_frontier(row.choice, [&](const std::vector<MicroBatchRun>& runs) {
+        return train::measure_micro_batches(sample.model, runs, sample.tokens, sample.targets, flags.measure_steps);
       });
     }
     results.push_back(print_throughput_row(row, sequence, out));
