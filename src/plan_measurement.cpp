@@ -70,6 +70,7 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
       if (progress) progress(round + 1, steps + 1, p);
       Chain& chain = *runs[p].chain;
       const auto step = [&] {
+        if (runs[p].prepare) runs[p].prepare();
         zero_gradients(detail::chain_parameters(chain));
         return measure_step([&] { return run_plan(chain, runs[p].plan, runs[p].input); }, runs[p].input.device());
       };
@@ -91,7 +92,7 @@ std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan
                                            const std::vector<Plan>& plans, const at::Tensor& input, int steps,
                                            const MeasureProgress& progress) {
   std::vector<PlanRun> runs;
-  for (const auto& plan : plans) runs.push_back({&chain_for(plan), plan, input});
+  for (const auto& plan : plans) runs.push_back({&chain_for(plan), plan, input, {}});
   return measure_runs(runs, steps, progress);
 }
 

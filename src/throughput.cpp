@@ -1,19 +1,12 @@
 #include "remat/throughput.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include <ATen/ops/ones_like.h>
-#include <torch/csrc/autograd/autograd.h>
-
-#include "detail/chain_state.h"
-#include "detail/cuda_memory.h"
 #include "remat/error.h"
-#include "remat/internal/statistics.h"
 #include "remat/memory.h"
 
 namespace remat {
@@ -264,7 +257,7 @@ std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice,
     if (c.unchecked_fits) {
       // The plan is often the unchecked one itself: then one run answers both.
       Plan plain = unchecked_like(c.planned.plan);
-      const bool same = plain.to_string() == c.planned.plan.to_string() && plain.mode == c.planned.plan.mode;
+      const bool same = plain.to_string() == c.planned.plan.to_string();
       at.unchecked = same ? at.planned : runs.size();
       if (!same) runs.push_back({c.micro_batch, std::move(plain)});
     }
@@ -308,32 +301,20 @@ void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch
   REMAT_CHECK(static_cast<bool>(sample_of_batch), "align_step_times: give a function from a batch size to a sample input.");
   profiled.time_scales.assign(profiled.tables.size(), 1.0);
   if (profiled.tables.size() < 2) return;
-  const detail::ChainStateGuard untouched(chain, sample_of_batch(profiled.tables.front().first));
-  std::vector<std::vector<double>> seconds(profiled.tables.size());
-  std::vector<Plan> plain;
-  for (const auto& [b, table] : profiled.tables) plain.push_back(table.plain_plan(options.mode()));
-  // Round -1 warms up; in every round each size takes an untimed step first (the one after a size
-  // change pays for the other's caches and free lists, which a training loop of one size never does).
-  for (int round = -1; round < std::max(3, options.repeats()); ++round) {
-    for (size_t i = 0; i < profiled.tables.size(); ++i) {
-      const at::Tensor input = sample_of_batch(profiled.tables[i].first);
-      double step = 0;
-      for (int k = 0; k < 2; ++k) {
-        detail::synchronize_if_cuda(input.device());
-        const auto start = std::chrono::steady_clock::now();
-        const at::Tensor out = run_plan(chain, plain[i], input);
-        torch::autograd::backward({out}, {at::ones_like(out)});
-        detail::synchronize_if_cuda(input.device());
-        step = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      }
-      if (round >= 0) seconds[i].push_back(step);
-    }
+  std::vector<PlanRun> runs;
+  for (const auto& [b, table] : profiled.tables) {
+    const int64_t batch = b;
+    // The sample function may set state of the chain for its size (a loss's targets): run it
+    // before every step of that size.
+    runs.push_back({&chain, table.plain_plan(options.mode()), sample_of_batch(batch),
+                    [&sample_of_batch, batch] { sample_of_batch(batch); }});
   }
+  const std::vector<PlanMeasurement> measured = measure_runs(runs, std::max(3, options.repeats()));
   for (size_t i = 0; i < profiled.tables.size(); ++i) {
     CostTable& table = profiled.tables[i].second;
-    const double predicted = simulate(plain[i], table).step_seconds;
+    const double predicted = simulate(runs[i].plan, table).step_seconds;
     if (predicted <= 0) continue;
-    const double scale = median(seconds[i]) / predicted;
+    const double scale = measured[i].step_seconds / predicted;
     profiled.time_scales[i] = scale;
     nlohmann::json json = nlohmann::json::parse(table.to_json());
     scale_seconds(json, scale);

@@ -39,6 +39,8 @@ struct PlanRun {
   Chain* chain = nullptr;
   Plan plan;
   at::Tensor input;
+  /// Called before each step of this run (optional): e.g. to give a chain the targets of this input.
+  std::function<void()> prepare;
 };
 /// The same, each run on its own chain and input (one model at several batch sizes, say), all
 /// interleaved: comparisons across inputs get the same protection from drift as across plans. A run

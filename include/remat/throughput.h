@@ -133,7 +133,7 @@ ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int
 
 /// Profiles taken one after another see the machine at different moments (on a shared machine, ten
 /// percent apart), and cross-size choices compare them. Each size's unchecked step is measured in one
-/// interleaved series (max(3, repeats) rounds, an untimed step before each), and each table's times
+/// interleaved series (measure_runs, max(3, repeats) rounds; the chain must end in a scalar loss), and each table's times
 /// are scaled so that its predicted unchecked step equals that measured step: the profiles keep
 /// their proportions within a size and share one clock across sizes.
 void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,

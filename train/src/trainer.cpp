@@ -323,23 +323,17 @@ std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<
 std::vector<PlanMeasurement> measure_micro_batches(models::Gpt model, const std::vector<MicroBatchRun>& runs,
                                                    const at::Tensor& tokens, const at::Tensor& targets, int steps,
                                                    const MeasureProgress& progress) {
-  // One chain per (micro-batch, granularity): a GptChain holds its batch's targets.
-  std::vector<std::unique_ptr<models::GptChain>> chains;
-  std::vector<std::pair<int64_t, std::string>> keys;
+  models::GptChain block_chain(model, "block"), half_chain(model, "half");
   std::vector<PlanRun> on_chains;
   for (const auto& run : runs) {
     REMAT_CHECK(run.micro_batch >= 1 && run.micro_batch <= tokens.size(0), "measure_micro_batches: micro-batch ",
                 run.micro_batch, " is not between 1 and the batch given, ", tokens.size(0), ".");
-    const std::pair<int64_t, std::string> key{run.micro_batch, run.plan.granularity == "half" ? "half" : "block"};
-    auto it = std::find(keys.begin(), keys.end(), key);
-    if (it == keys.end()) {
-      chains.push_back(std::make_unique<models::GptChain>(model, key.second));
-      chains.back()->set_targets(targets.narrow(0, 0, key.first));
-      keys.push_back(key);
-      it = keys.end() - 1;
-    }
-    on_chains.push_back({chains[static_cast<size_t>(it - keys.begin())].get(), run.plan,
-                         tokens.narrow(0, 0, run.micro_batch)});
+    models::GptChain* chain = run.plan.granularity == "half" ? &half_chain : &block_chain;
+    // A GptChain holds its batch's targets: each step sets those of its micro-batch.
+    at::Tensor micro_targets = targets.narrow(0, 0, run.micro_batch);
+    chain->set_targets(micro_targets);
+    on_chains.push_back({chain, run.plan, tokens.narrow(0, 0, run.micro_batch),
+                         [chain, micro_targets] { chain->set_targets(micro_targets); }});
   }
   return remat::measure_runs(on_chains, steps, progress);
 }
