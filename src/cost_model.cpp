@@ -68,7 +68,8 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
       result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
                              c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured +
                                  (first < t ? held_grad : 0));
-      result.seconds = o.forward_seconds + o.backward_seconds;
+      // Inside a segment the stage runs in its recompute, which costs it more than its forward.
+      result.seconds = o.forward_seconds + o.backward_seconds + (in_segment ? c.recompute_extra_seconds : 0.0);
       if (has_rest) {
         result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
         result.seconds += rest.seconds;
@@ -108,7 +109,7 @@ template <typename Owner>
 struct NumberFields {
   std::vector<std::pair<const char*, double Owner::*>> seconds;
   std::vector<std::pair<const char*, int64_t Owner::*>> bytes;
-  std::vector<const char*> optional_bytes;  // read as 0 when absent (fields added after version 1)
+  std::vector<const char*> optional;  // read as 0 when absent (fields added after version 1)
 };
 
 const NumberFields<StageRunCost>& run_fields() {
@@ -123,12 +124,12 @@ const NumberFields<StageRunCost>& run_fields() {
 
 const NumberFields<StageCost>& stage_fields() {
   static const NumberFields<StageCost> fields{
-      {{"nograd_seconds", &StageCost::nograd_seconds}},
+      {{"nograd_seconds", &StageCost::nograd_seconds}, {"recompute_extra_seconds", &StageCost::recompute_extra_seconds}},
       {{"output_bytes", &StageCost::output_bytes},
        {"input_grad_bytes", &StageCost::input_grad_bytes},
        {"parameter_bytes", &StageCost::parameter_bytes},
        {"nograd_extra_bytes", &StageCost::nograd_extra_bytes}},
-      {"parameter_bytes"}};
+      {"parameter_bytes", "recompute_extra_seconds"}};
   return fields;
 }
 
@@ -141,13 +142,14 @@ void write_numbers(const Owner& from, const NumberFields<Owner>& fields, nlohman
 // Reads the fields into `to`; returns their bytes' sum (in double: no overflow).
 template <typename Owner>
 double read_numbers(const detail::JsonFields& from, const NumberFields<Owner>& fields, Owner& to) {
-  for (const auto& [name, member] : fields.seconds) to.*member = from.seconds(name);
+  auto absent = [&](const char* name) {
+    const auto& optional = fields.optional;
+    return !from.has(name) && std::find(optional.begin(), optional.end(), std::string(name)) != optional.end();
+  };
+  for (const auto& [name, member] : fields.seconds) to.*member = absent(name) ? 0.0 : from.seconds(name);
   double total = 0;
   for (const auto& [name, member] : fields.bytes) {
-    const auto& optional_bytes = fields.optional_bytes;
-    const bool optional =
-        std::find(optional_bytes.begin(), optional_bytes.end(), std::string(name)) != optional_bytes.end();
-    to.*member = optional ? from.bytes_or(name, 0) : from.bytes(name);
+    to.*member = absent(name) ? 0 : from.bytes(name);
     total += static_cast<double>(to.*member);
   }
   return total;

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "detail/plan_items.h"
 #include "detail/recompute_state.h"
 #include "remat/checkpoint.h"
 #include "detail/json_fields.h"
@@ -104,34 +105,38 @@ void collect_depths(const std::vector<PlanItem>& items, int64_t depth, std::vect
   }
 }
 
-// `graph_only`: the items are a segment recomputed for its backward, whose result only roots the
-// graph; its last stage (if the last item is a stage) then runs graph-only, stopping early.
+at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, const std::vector<PlanItem>& items,
+                     at::Tensor x, bool graph_only);
+
+// `graph_only`: the item is the last of a segment recomputed for its backward, whose result only
+// roots the graph; a stage then runs graph-only, stopping early.
+at::Tensor run_item(Chain& chain, const std::shared_ptr<const Plan>& plan, const PlanItem& item, const at::Tensor& x,
+                    bool graph_only) {
+  if (item.is_stage()) {
+    const std::string& option = plan->options[item.stage];
+    return graph_only ? chain.forward_stage_graph_only(item.stage, x, option) : chain.forward_stage(item.stage, x, option);
+  }
+  const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
+  const auto [first, last] = stage_range(*segment);
+  const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
+  std::vector<at::Tensor> buffers;
+  for (int64_t s = first; s <= last; ++s) {
+    for (auto& b : chain.stage_buffers(s)) buffers.push_back(std::move(b));
+  }
+  return checkpoint(
+      [&chain, plan, segment](const at::Tensor& in) {
+        // This lambda is the checkpoint's function: what it returns is exactly what the
+        // checkpoint's backward discards. Only it reads the flag (nested checkpoints' forward
+        // calls reset it), and it passes it to its last stage alone.
+        return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
+      },
+      x, CheckpointOptions().name(name).restore_after_recompute(std::move(buffers)).mode(plan->mode));
+}
+
+// `graph_only`: the items are a segment recomputed for its backward (see run_item).
 at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, const std::vector<PlanItem>& items,
                      at::Tensor x, bool graph_only) {
-  for (size_t i = 0; i < items.size(); ++i) {
-    const PlanItem& item = items[i];
-    if (item.is_stage()) {
-      const std::string& option = plan->options[item.stage];
-      x = graph_only && i + 1 == items.size() ? chain.forward_stage_graph_only(item.stage, x, option)
-                                               : chain.forward_stage(item.stage, x, option);
-      continue;
-    }
-    const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
-    const auto [first, last] = stage_range(*segment);
-    const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
-    std::vector<at::Tensor> buffers;
-    for (int64_t s = first; s <= last; ++s) {
-      for (auto& b : chain.stage_buffers(s)) buffers.push_back(std::move(b));
-    }
-    x = checkpoint(
-        [&chain, plan, segment](const at::Tensor& in) {
-          // This lambda is the checkpoint's function: what it returns is exactly what the
-          // checkpoint's backward discards. Only it reads the flag (nested checkpoints' forward
-          // calls reset it), and it passes it to its last stage alone.
-          return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
-        },
-        x, CheckpointOptions().name(name).restore_after_recompute(std::move(buffers)).mode(plan->mode));
-  }
+  for (size_t i = 0; i < items.size(); ++i) x = run_item(chain, plan, items[i], x, graph_only && i + 1 == items.size());
   return x;
 }
 
@@ -297,5 +302,13 @@ at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
   auto shared = std::make_shared<const Plan>(plan);
   return run_items(chain, shared, shared->items, input, /*graph_only=*/false);
 }
+
+namespace detail {
+
+at::Tensor run_plan_item(Chain& chain, const std::shared_ptr<const Plan>& plan, const PlanItem& item, const at::Tensor& x) {
+  return run_item(chain, plan, item, x, /*graph_only=*/false);
+}
+
+}  // namespace detail
 
 }  // namespace remat

@@ -20,7 +20,7 @@ static int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1)
 // Stage costs in memory units, option by option (rounded up: feasible in units => fits in bytes).
 struct UnitStage {
   int64_t x = 0, input_grad = 0, nograd_extra = 0, parameters = 0;
-  double nograd_seconds = 0;
+  double nograd_seconds = 0, recompute_extra_seconds = 0;
   struct Option {
     int64_t kept, forward_extra, backward_extra;
     double seconds;
@@ -38,6 +38,7 @@ static std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
     u.nograd_extra = round_up(s.nograd_extra_bytes, unit);
     u.parameters = round_up(s.parameter_bytes, unit);
     u.nograd_seconds = s.nograd_seconds;
+    u.recompute_extra_seconds = s.recompute_extra_seconds;
     auto units = [unit](const StageRunCost& c) {
       return UnitStage::Option{round_up(c.kept_bytes, unit), round_up(c.forward_extra_bytes, unit),
                                round_up(c.backward_extra_bytes, unit), c.forward_seconds + c.backward_seconds};
@@ -182,15 +183,17 @@ void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t se
       // Record stage s with each of its options. A range that ends before the last stage is the
       // inside of a segment, whose last stage (s == t) its recompute runs graph-only.
       const bool segment_end = s == t && t < n_ - 1;
+      const double recompute_extra = t < n_ - 1 ? first.recompute_extra_seconds : 0.0;
       for (size_t o = 0; o < first.options.size(); ++o) {
         const auto& opt = segment_end ? first.end_options[o] : first.options[o];
+        const double seconds = opt.seconds + recompute_extra;
         const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
                                         first.x + opt.kept + first.input_grad + opt.backward_extra +
                                             held_in_segment_units(s + 1, t));
         if (s == t) {
           for (int64_t m = lowest; m <= slots_; ++m) {
-            if (opt.seconds < row[m]) {
-              row[m] = opt.seconds;
+            if (seconds < row[m]) {
+              row[m] = seconds;
               chosen[m] = static_cast<int32_t>(o);
             }
           }
@@ -198,7 +201,7 @@ void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t se
         }
         const double* rest = &table_[index(s + 1, t, 0)];
         for (int64_t m = std::max(lowest, opt.kept); m <= slots_; ++m) {
-          const double total_seconds = opt.seconds + rest[m - opt.kept];
+          const double total_seconds = seconds + rest[m - opt.kept];
           if (total_seconds < row[m]) {
             row[m] = total_seconds;
             chosen[m] = static_cast<int32_t>(o);
@@ -422,6 +425,7 @@ StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_b
   mean.input_grad_bytes = average_bytes([](const StageCost& s) { return s.input_grad_bytes; });
   mean.parameter_bytes = average_bytes([](const StageCost& s) { return s.parameter_bytes; });
   mean.nograd_seconds = average([](const StageCost& s) { return s.nograd_seconds; });
+  mean.recompute_extra_seconds = average([](const StageCost& s) { return s.recompute_extra_seconds; });
   mean.nograd_extra_bytes = average_bytes([](const StageCost& s) { return s.nograd_extra_bytes; });
   // The default option's costs, and where it ends a recomputed segment, each averaged.
   auto mean_run = [&](auto run_of) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <map>
 #include <sstream>
 #include <tuple>
@@ -17,6 +19,7 @@
 #include "detail/chain_state.h"
 #include "detail/cuda_memory.h"
 #include "detail/forward_state.h"
+#include "detail/plan_items.h"
 #include "remat/checkpoint.h"
 #include "remat/error.h"
 #include "remat/internal/statistics.h"
@@ -236,93 +239,183 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
   cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
 }
 
-// Each stage's times as a whole step sees them (medians over rounds): its recording forward, its
-// forward as a checkpointed segment runs it, and its share of the backward (from δ(i) arriving to
-// δ(i-1) leaving, timed by hooks on the stage boundaries).
-struct InStepTimes {
-  std::vector<double> forward, backward, segment_forward;
+// One step's forward and backward through `plan`, item by item: each top-level item's forward
+// seconds and its share of the backward (from the gradient of its output arriving to that of its
+// input leaving, timed by hooks on the items' outputs).
+struct ItemTimes {
+  std::vector<double> forward, backward;
 };
 
-InStepTimes time_in_step(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device) {
-  const int64_t n = chain.size();
-  std::vector<std::vector<double>> forward(n), backward(n), segment_forward(n);
-  auto option = [&](int64_t i) -> const std::string& { return chain.stages()[i].options.front(); };
-  for (int r = -options.warmup(); r < options.repeats(); ++r) {
-    {
-      detail::DropSavedTensorsScope drop_saved;
-      at::Tensor a = input;
-      for (int64_t i = 0; i < n; ++i) {
-        detail::synchronize_if_cuda(device);
-        const auto start = Clock::now();
-        a = chain.forward_stage(i, a, option(i));
-        if (r >= 0) segment_forward[i].push_back(seconds_since(start, device));
-      }
-    }
-    std::vector<Clock::time_point> arrived(n);
-    at::Tensor a = input;
-    for (int64_t i = 0; i < n; ++i) {
-      detail::synchronize_if_cuda(device);
-      const auto start = Clock::now();
-      a = chain.forward_stage(i, a, option(i));
-      if (r >= 0) forward[i].push_back(seconds_since(start, device));
-      if (i + 1 < n && a.requires_grad()) {
-        a.register_hook([&arrived, i, device](const at::Tensor&) {
-          detail::synchronize_if_cuda(device);
-          arrived[i] = Clock::now();
-        });
-      }
-    }
-    const at::Tensor seed = at::ones_like(a);
-    const auto start = Clock::now();
-    torch::autograd::backward({a}, {seed});
+ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const at::Tensor& input, c10::Device device) {
+  const size_t n = plan->items.size();
+  ItemTimes times{std::vector<double>(n), std::vector<double>(n)};
+  std::vector<Clock::time_point> arrived(n);
+  at::Tensor a = input;
+  for (size_t k = 0; k < n; ++k) {
     detail::synchronize_if_cuda(device);
-    const auto end = Clock::now();
-    if (r < 0) continue;
-    for (int64_t i = 0; i < n; ++i) {
-      const auto from = i + 1 < n ? arrived[i] : start;  // δ(i) ready: stage i's backward begins
-      const auto to = i > 0 ? arrived[i - 1] : end;
-      backward[i].push_back(std::max(0.0, std::chrono::duration<double>(to - from).count()));
+    const auto start = Clock::now();
+    a = detail::run_plan_item(chain, plan, plan->items[k], a);
+    times.forward[k] = seconds_since(start, device);
+    if (k + 1 < n && a.requires_grad()) {
+      a.register_hook([&arrived, k, device](const at::Tensor&) {
+        detail::synchronize_if_cuda(device);
+        arrived[k] = Clock::now();
+      });
     }
   }
-  InStepTimes times;
-  for (int64_t i = 0; i < n; ++i) {
-    times.forward.push_back(median(forward[i]));
-    times.backward.push_back(median(backward[i]));
-    times.segment_forward.push_back(median(segment_forward[i]));
+  const at::Tensor seed = at::ones_like(a);
+  const auto start = Clock::now();
+  torch::autograd::backward({a}, {seed});
+  detail::synchronize_if_cuda(device);
+  const auto end = Clock::now();
+  for (size_t k = 0; k < n; ++k) {
+    const auto from = k + 1 < n ? arrived[k] : start;
+    const auto to = k > 0 ? arrived[k - 1] : end;
+    times.backward[k] = std::max(0.0, std::chrono::duration<double>(to - from).count());
   }
   return times;
+}
+
+// `plain` with stages [0, n-1) checkpointed in segments of `length` stages (the last one shorter);
+// the last stage, where no segment ends, runs plainly.
+std::shared_ptr<const Plan> checkpointed_in_segments(const Plan& plain, int64_t length) {
+  Plan plan = plain;
+  plan.items.clear();
+  const auto n = static_cast<int64_t>(plain.stage_names.size());
+  for (int64_t first = 0; first < n - 1; first += length) {
+    std::vector<PlanItem> inner;
+    for (int64_t i = first; i < std::min(first + length, n - 1); ++i) inner.push_back(PlanItem::run(i));
+    plan.items.push_back(PlanItem::checkpointed(std::move(inner)));
+  }
+  plan.items.push_back(PlanItem::run(n - 1));
+  return std::make_shared<const Plan>(std::move(plan));
+}
+
+// A step's times measured round after round, each round running three plans in turn: every stage
+// plainly, every stage but the last checkpointed alone ("singles"), and the same in pairs.
+struct InStepRounds {
+  std::vector<ItemTimes> plain, singles, pairs;
+};
+
+// Short steps get more rounds (up to about a second of them): what a checkpoint adds to a stage of
+// a tenth of a millisecond is tens of microseconds, which three rounds cannot tell from noise.
+InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device) {
+  Plan plain = Plan::plain(chain);
+  plain.mode = options.mode();
+  const auto plans = {std::make_shared<const Plan>(plain), checkpointed_in_segments(plain, 1),
+                      checkpointed_in_segments(plain, 2)};
+  constexpr double kRoundsSeconds = 1.0;
+  constexpr int kMaxRounds = 41;
+  InStepRounds rounds;
+  int wanted = options.repeats();
+  for (int r = -options.warmup() - 1; r < wanted; ++r) {
+    const auto start = Clock::now();
+    std::vector<ItemTimes> times;
+    for (const auto& plan : plans) times.push_back(time_step(chain, plan, input, device));
+    if (r == -1) {  // the last warm-up round: how many rounds a second holds
+      const double round_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      wanted = std::clamp(static_cast<int>(kRoundsSeconds / std::max(round_seconds, 1e-9)), options.repeats(), kMaxRounds);
+    }
+    if (r < 0) continue;
+    rounds.plain.push_back(std::move(times[0]));
+    rounds.singles.push_back(std::move(times[1]));
+    rounds.pairs.push_back(std::move(times[2]));
+  }
+  return rounds;
+}
+
+// The median over rounds of item `k`'s times, pooled over twins (`twins[k]`: k's group, or k alone).
+double pooled_median(const std::vector<ItemTimes>& rounds, std::vector<double> ItemTimes::*times,
+                     const std::vector<size_t>& members) {
+  std::vector<double> values;
+  for (const size_t k : members) {
+    std::vector<double> of_k;
+    for (const auto& round : rounds) of_k.push_back((round.*times)[k]);
+    values.push_back(median(of_k));
+  }
+  return median(values);
+}
+
+// What a checkpointed segment costs by itself within a step, from the rounds' singles and pairs:
+// a pair's segment is paid once where its two singles pay it twice, and otherwise runs what they
+// run, except that its first stage is recomputed fully rather than graph-only. `full_minus_end[i]`
+// is stage i's full forward and backward minus its graph-only ones (0 for the forward side).
+// Returns the median over rounds of the mean over pairs where the rounds pin it down to within
+// `fallback` (the fixed cost measured on a trivial function, outside a step: twice the standard
+// error at most); else, with stages whose noise exceeds a segment's cost, `fallback`.
+double segment_seconds_in_step(const InStepRounds& rounds, std::vector<double> ItemTimes::*times,
+                               const std::vector<double>& full_minus_end, double fallback) {
+  std::vector<double> per_round;
+  for (size_t r = 0; r < rounds.singles.size(); ++r) {
+    const std::vector<double>& singles = rounds.singles[r].*times;
+    const std::vector<double>& pairs = rounds.pairs[r].*times;
+    double sum = 0;
+    size_t count = 0;
+    for (size_t p = 0; 2 * p + 1 < singles.size() - 1; ++p) {  // pair p: stages 2p, 2p+1 (the last item is plain)
+      sum += singles[2 * p] + singles[2 * p + 1] - pairs[p] + full_minus_end[2 * p];
+      ++count;
+    }
+    if (count == 0) return fallback;
+    per_round.push_back(sum / static_cast<double>(count));
+  }
+  const double estimate = median(per_round);
+  std::vector<double> deviations;
+  for (const double v : per_round) deviations.push_back(std::abs(v - estimate));
+  const double standard_error =
+      1.253 * 1.4826 * median(deviations) / std::sqrt(static_cast<double>(per_round.size()));
+  return 2 * standard_error <= fallback ? std::max(0.0, estimate) : fallback;
 }
 
 // A stage timed alone pays per call what a step pays once (an autograd run of its own, the thread
 // pool waking, the clocks and counters around it): where a stage takes a tenth of a millisecond,
 // most of its measured time. Each stage's times are scaled to its time within a whole step (twins
 // pooled), so that options and graph-only runs keep their measured proportions and a plan's
-// predicted step adds up to the step measured.
+// predicted step adds up to the step measured. Then what checkpointing costs is read off the steps
+// with stages checkpointed alone and in pairs: the segment's own cost (segment_seconds_in_step),
+// and per stage its forward inside a segment (nograd_seconds) and what its recompute takes beyond
+// its graph-only forward and backward (recompute_extra_seconds, never below 0: noise must not make
+// a recompute look cheaper than the forward it repeats).
 void scale_to_step_times(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device,
                          CostTable& table) {
-  InStepTimes in_step = time_in_step(chain, input, options, device);
+  const InStepRounds rounds = time_in_step(chain, input, options, device);
+  const size_t n = table.stages.size();
+  std::vector<std::vector<size_t>> twins(n);
+  for (size_t i = 0; i < n; ++i) twins[i] = {i};
   for (const auto& members : twin_groups(chain, table)) {
-    for (auto* times : {&in_step.forward, &in_step.backward, &in_step.segment_forward}) {
-      std::vector<double> values;
-      for (const size_t i : members) values.push_back((*times)[i]);
-      const double pooled = median(values);
-      for (const size_t i : members) (*times)[i] = pooled;
-    }
+    for (const size_t i : members) twins[i] = members;
   }
-  for (size_t i = 0; i < table.stages.size(); ++i) {
+  std::vector<double> full_minus_end(n, 0.0), no_correction(n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
     StageCost& stage = table.stages[i];
     const StageOptionCost& measured_default = stage.options.front();
     auto ratio = [](double step, double alone) { return alone > 0 ? step / alone : 1.0; };
-    const double forward = ratio(in_step.forward[i], measured_default.forward_seconds);
-    const double backward = ratio(in_step.backward[i], measured_default.backward_seconds);
+    const double forward_ratio = ratio(pooled_median(rounds.plain, &ItemTimes::forward, twins[i]), measured_default.forward_seconds);
+    const double backward_ratio =
+        ratio(pooled_median(rounds.plain, &ItemTimes::backward, twins[i]), measured_default.backward_seconds);
+    stage.nograd_seconds *= forward_ratio;
     for (auto& o : stage.options) {
       for (StageRunCost* run : {static_cast<StageRunCost*>(&o), o.graph_only ? &*o.graph_only : nullptr}) {
         if (run == nullptr) continue;
-        run->forward_seconds *= forward;
-        run->backward_seconds *= backward;
+        run->forward_seconds *= forward_ratio;
+        run->backward_seconds *= backward_ratio;
       }
     }
-    stage.nograd_seconds = in_step.segment_forward[i];
+    const StageOptionCost& o = stage.options.front();
+    full_minus_end[i] = o.forward_seconds + o.backward_seconds - o.at_segment_end().forward_seconds -
+                        o.at_segment_end().backward_seconds;
+  }
+  table.segment_forward_seconds =
+      segment_seconds_in_step(rounds, &ItemTimes::forward, no_correction, table.segment_forward_seconds);
+  table.segment_backward_seconds =
+      segment_seconds_in_step(rounds, &ItemTimes::backward, full_minus_end, table.segment_backward_seconds);
+  for (size_t i = 0; i + 1 < n; ++i) {  // the last stage ends no segment: never checkpointed
+    StageCost& stage = table.stages[i];
+    const StageRunCost& end = stage.options.front().at_segment_end();
+    stage.nograd_seconds =
+        std::max(0.0, pooled_median(rounds.singles, &ItemTimes::forward, twins[i]) - table.segment_forward_seconds);
+    stage.recompute_extra_seconds =
+        std::max(0.0, pooled_median(rounds.singles, &ItemTimes::backward, twins[i]) - table.segment_backward_seconds -
+                          end.forward_seconds - end.backward_seconds);
   }
 }
 
@@ -423,9 +516,9 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     cost.parameter_bytes = table.stages[static_cast<size_t>(stage)].parameter_bytes;
     table.stages[static_cast<size_t>(stage)] = std::move(cost);
   }
-  scale_to_step_times(chain, input, options, device, table);
   std::tie(table.segment_forward_seconds, table.segment_backward_seconds) =
       segment_fixed_seconds(input, options.mode(), device);
+  scale_to_step_times(chain, input, options, device, table);
   return table;
 }
 

@@ -40,6 +40,7 @@ CostTable random_chain(std::mt19937& rng, int n, int max_options) {
     s.nograd_seconds = uniform(1, 4);
     s.nograd_extra_bytes = uniform(0, 3);
     s.parameter_bytes = uniform(0, 2);
+    s.recompute_extra_seconds = uniform(0, 2);  // charged per recompute, by the program as by the simulator
     const int options = uniform(1, max_options);
     for (int o = 0; o < options; ++o) {
       remat::StageOptionCost c;
@@ -300,6 +301,8 @@ TEST(CostTable, GraphOnlyCostsRoundTripAndOlderProfilesFallBackToThePlainOnes) {
   const CostTable old = CostTable::from_json(older, "old.json");
   EXPECT_FALSE(old.stages[0].options[0].graph_only.has_value());
   EXPECT_EQ(old.stages[0].options[0].at_segment_end().kept_bytes, 16) << "absent: the plain costs stand in";
+  EXPECT_EQ(old.stages[0].recompute_extra_seconds, 0) << "absent: no charge, as before it was measured";
+  EXPECT_NE(costs.to_json().find("\"recompute_extra_seconds\""), std::string::npos);
 
   std::string negative = costs.to_json();
   const std::string field = "\"kept_bytes\": 333";

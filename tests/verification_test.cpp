@@ -2,6 +2,7 @@
 // re-plans when a stage hides memory from the profiler; nested reentrant segments are predicted
 // with the output gradients they hold; a checkpointed segment's own cost is measured and charged
 // once per segment, by the simulator and the planner alike.
+#include <cmath>
 #include <memory>
 
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
+using remat::PlanItem;
 
 namespace {
 
@@ -227,6 +229,81 @@ TEST(SegmentCost, ADearSegmentMakesThePlannerChooseFewerLongerOnes) {
   ASSERT_TRUE(cheap.feasible && dear.feasible);
   EXPECT_LT(segments_of(dear.plan), segments_of(cheap.plan)) << cheap.plan.to_string() << " / " << dear.plan.to_string();
   EXPECT_DOUBLE_EQ(dear.prediction.step_seconds, remat::simulate(dear.plan, costs).step_seconds);
+}
+
+TEST(RecomputeCost, IsChargedEachTimeAStageIsRecomputedByTheSimulatorAndThePlanner) {
+  // Six equal stages; stage 2's recompute costs 1 ms beyond its forward.
+  remat::CostTable costs;
+  costs.granularity = "test";
+  for (int i = 0; i < 6; ++i) {
+    remat::StageCost s;
+    s.name = "s" + std::to_string(i);
+    s.output_bytes = 100;
+    s.input_grad_bytes = i == 0 ? 0 : 100;
+    s.nograd_seconds = 1e-4;
+    s.options.emplace_back("full", 1e-4, 2e-4, 300, 0, 0);
+    costs.stages.push_back(s);
+  }
+  remat::CostTable charged = costs;
+  charged.stages[2].recompute_extra_seconds = 1e-3;
+  const remat::Plan plain = costs.plain_plan();
+  auto with_items = [&](std::vector<PlanItem> items) {
+    remat::Plan plan = plain;
+    plan.items = std::move(items);
+    return plan;
+  };
+  auto extra = [&](const remat::Plan& plan) {
+    return remat::simulate(plan, charged).step_seconds - remat::simulate(plan, costs).step_seconds;
+  };
+  EXPECT_DOUBLE_EQ(extra(plain), 0);
+  const remat::Plan once = with_items({PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2), PlanItem::run(3)}),
+                                       PlanItem::run(4), PlanItem::run(5)});
+  EXPECT_NEAR(extra(once), 1e-3, 1e-12);
+  const remat::Plan last = with_items({PlanItem::run(0), PlanItem::run(1), PlanItem::checkpointed({PlanItem::run(2)}),
+                                       PlanItem::run(3), PlanItem::run(4), PlanItem::run(5)});
+  EXPECT_NEAR(extra(last), 1e-3, 1e-12) << "graph-only as a segment's last stage, still recomputed";
+  const remat::Plan nested = with_items(
+      {PlanItem::run(0),
+       PlanItem::checkpointed({PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}), PlanItem::run(3)}),
+       PlanItem::run(4), PlanItem::run(5)});
+  // The outer recompute runs the inner segment as a checkpoint's forward (nograd_seconds); only the
+  // inner one's backward recomputes stage 2 to differentiate it.
+  EXPECT_NEAR(extra(nested), 1e-3, 1e-12) << "nested: recomputed for a backward once, by the inner segment";
+  const remat::Plan elsewhere = with_items({PlanItem::run(0), PlanItem::run(1), PlanItem::run(2),
+                                            PlanItem::checkpointed({PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)});
+  EXPECT_DOUBLE_EQ(extra(elsewhere), 0);
+
+  // The planner sees it too: at a budget where some stages must be recomputed, a dear stage 2
+  // stays out of every segment, and the prediction is the simulator's.
+  const remat::PlanResult cheap = remat::plan_optimal(costs, "70%");
+  const remat::PlanResult dear = remat::plan_optimal(charged, "70%");
+  ASSERT_TRUE(cheap.feasible && dear.feasible);
+  EXPECT_EQ(dear.plan.recompute_depths()[2], 0) << dear.plan.to_string();
+  EXPECT_DOUBLE_EQ(dear.prediction.step_seconds, remat::simulate(dear.plan, charged).step_seconds);
+  EXPECT_DOUBLE_EQ(cheap.prediction.step_seconds, remat::simulate(cheap.plan, costs).step_seconds);
+}
+
+// The profiler reads what a checkpoint adds to each stage off steps with the stages checkpointed:
+// the forward inside a segment, the recompute's extra, the segment's own cost; all are seconds
+// the simulator can charge (finite, not negative), and the last stage, never recomputed, has none.
+TEST(RecomputeCost, TheProfilerMeasuresItInAStepForEveryStageButTheLast) {
+  remat::install_cpu_memory_tracker();
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int i = 0; i < 6; ++i) net->push_back(nn::Linear(8, 8));
+  remat::SequentialChain chain(net, [](const at::Tensor& out) { return out.sum(); });
+  const at::Tensor x = torch::randn({2, 8});
+  for (const auto mode : {remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant}) {
+    SCOPED_TRACE(remat::to_string(mode));
+    const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1).mode(mode));
+    for (const auto& s : costs.stages) {
+      EXPECT_TRUE(std::isfinite(s.recompute_extra_seconds) && s.recompute_extra_seconds >= 0) << s.name;
+      EXPECT_TRUE(std::isfinite(s.nograd_seconds) && s.nograd_seconds >= 0) << s.name;
+    }
+    EXPECT_EQ(costs.stages.back().recompute_extra_seconds, 0);
+    EXPECT_TRUE(std::isfinite(costs.segment_seconds()) && costs.segment_forward_seconds >= 0 &&
+                costs.segment_backward_seconds >= 0);
+  }
 }
 
 // The throughput search on a model of one's own: a SequentialChain, its sample made from the batch

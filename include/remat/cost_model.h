@@ -3,7 +3,10 @@
 //
 // Per stage i (input a(i-1), output a(i)) and per option o (what it keeps inside):
 //   forward_seconds       uf: recording forward            backward_seconds  ub
-//   nograd_seconds        forward without recording (inside a checkpointed segment)
+//   nograd_seconds        its forward inside a checkpointed segment, the checkpoint's own work on it
+//                         included (recording versions, finding its parameters)
+//   recompute_extra_seconds  what the stage costs beyond uf each time a checkpoint's backward
+//                         recomputes it (its parameters pass through the checkpoint's node)
 //   output_bytes          x: the output a(i); its gradient is the same size
 //   kept_bytes            xbar: held after a recording forward, output included, input excluded
 //   forward_extra_bytes   of: transient peak of a recording forward above x(i-1) + xbar
@@ -59,6 +62,12 @@ struct StageCost {
   /// The chain's StageInfo::block: the repeated blocks Revolve and Chen's rule plan over; -1 outside
   /// any block. A table where no stage has one (older profiles) counts every stage as a block.
   int64_t block = -1;
+  /// Seconds each recompute of the stage takes beyond its recording forward: its parameters are
+  /// inputs of the checkpoint's node (found, saved, differentiated and handed back through it),
+  /// and the recompute runs inside a backward. Measured in situ by the profiler (a step with the
+  /// stage checkpointed by itself); on two CPU cores about 1.5 µs a parameter tensor, which
+  /// decides between plans where stages take a tenth of a millisecond. 0 in older tables.
+  double recompute_extra_seconds = 0;
 
   const StageOptionCost& option(const std::string& name) const;
 };
