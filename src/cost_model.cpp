@@ -247,7 +247,7 @@ std::string CostTable::to_table() const {
   auto mib = [](int64_t bytes) { return fixed(mebibytes(bytes), 2); };
   auto ms = [](double seconds) { return fixed(seconds * 1e3, 2); };
   Table table({"stage", "option", "output", "kept", "fwd+", "bwd+", "nograd+", "fwd ms", "bwd ms", "nograd ms",
-               "end fwd", "end kept"});
+               "recomp+ ms", "end fwd", "end kept"});
   int64_t total_kept = 0;
   for (const auto& s : stages) {
     for (size_t i = 0; i < s.options.size(); ++i) {
@@ -256,17 +256,20 @@ std::string CostTable::to_table() const {
       table.add_row({first ? s.name : "", o.option, first ? mib(s.output_bytes) : "", mib(o.kept_bytes),
                      mib(o.forward_extra_bytes), mib(o.backward_extra_bytes), first ? mib(s.nograd_extra_bytes) : "",
                      ms(o.forward_seconds), ms(o.backward_seconds), first ? ms(s.nograd_seconds) : "",
-                     ms(o.at_segment_end().forward_seconds), mib(o.at_segment_end().kept_bytes)});
+                     first ? ms(s.recompute_extra_seconds) : "", ms(o.at_segment_end().forward_seconds),
+                     mib(o.at_segment_end().kept_bytes)});
     }
     total_kept += s.options.front().kept_bytes;
   }
   std::ostringstream os;
   os << "costs (" << source << "), sizes in MiB, times in ms\n";
   table.print(os);
-  os << "each checkpointed segment: " << ms(segment_forward_seconds) << " ms forward, " << ms(segment_backward_seconds)
-     << " ms backward by itself, " << fixed(static_cast<double>(segment_bytes) / 1024, 1) << " KiB held\n";
+  os << "each checkpointed segment: " << fixed(segment_forward_seconds * 1e6, 1) << " us forward, "
+     << fixed(segment_backward_seconds * 1e6, 1) << " us backward by itself, "
+     << fixed(static_cast<double>(segment_bytes) / 1024, 1) << " KiB held\n";
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
-  os << "end fwd, end kept: as the last stage of a recomputed segment (graph-only: no output computed)\n";
+  os << "recomp+: what a recompute for a backward adds to fwd; end fwd, end kept: as the last stage of a recomputed "
+        "segment (graph-only: no output computed)\n";
   return os.str();
 }
 

@@ -232,6 +232,13 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
       rc.backward_extra_bytes = std::max<int64_t>(rc.backward_extra_bytes, 0);
     }
     if (generic_stop) runs[o][1].backward_extra_bytes = runs[o][0].backward_extra_bytes;
+    // A graph-only run that keeps what the plain run keeps did the same work (a stage without a
+    // graph-only path): it takes the plain run's times rather than a median of its own, whose
+    // difference from theirs would be noise the planner reads as a cheaper or dearer recompute.
+    if (runs[o][1].kept_bytes == runs[o][0].kept_bytes) {
+      runs[o][1].forward_seconds = runs[o][0].forward_seconds;
+      runs[o][1].backward_seconds = runs[o][0].backward_seconds;
+    }
     static_cast<StageRunCost&>(cost.options[o]) = runs[o][0];
     cost.options[o].graph_only = runs[o][1];
   }
@@ -298,23 +305,31 @@ struct InStepRounds {
 };
 
 // Short steps get more rounds (up to about a second of them): what a checkpoint adds to a stage of
-// a tenth of a millisecond is tens of microseconds, which three rounds cannot tell from noise.
+// a tenth of a millisecond is tens of microseconds, which three rounds cannot tell from noise. And
+// each of their timed steps follows an untimed step of the same plan, as in training: a plan's
+// first step after another's pays for the caches that one left (measure_plans does the same).
 InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device) {
   Plan plain = Plan::plain(chain);
   plain.mode = options.mode();
   const auto plans = {std::make_shared<const Plan>(plain), checkpointed_in_segments(plain, 1),
                       checkpointed_in_segments(plain, 2)};
-  constexpr double kRoundsSeconds = 1.0;
+  constexpr double kRoundsSeconds = 1.0, kShortStepSeconds = 0.05;
   constexpr int kMaxRounds = 41;
+  bool warm_each = false;
   InStepRounds rounds;
   int wanted = options.repeats();
   for (int r = -options.warmup() - 1; r < wanted; ++r) {
     const auto start = Clock::now();
     std::vector<ItemTimes> times;
-    for (const auto& plan : plans) times.push_back(time_step(chain, plan, input, device));
+    for (const auto& plan : plans) {
+      if (warm_each) time_step(chain, plan, input, device);
+      times.push_back(time_step(chain, plan, input, device));
+    }
     if (r == -1) {  // the last warm-up round: how many rounds a second holds
       const double round_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      wanted = std::clamp(static_cast<int>(kRoundsSeconds / std::max(round_seconds, 1e-9)), options.repeats(), kMaxRounds);
+      warm_each = round_seconds / static_cast<double>(plans.size()) < kShortStepSeconds;
+      wanted = std::clamp(static_cast<int>(kRoundsSeconds / std::max(round_seconds * (warm_each ? 2 : 1), 1e-9)),
+                          options.repeats(), kMaxRounds);
     }
     if (r < 0) continue;
     rounds.plain.push_back(std::move(times[0]));

@@ -83,9 +83,9 @@ struct CostTable {
   int64_t segment_bytes = 0;
   /// Seconds a checkpointed segment adds by itself, whatever it holds: the checkpoint call and
   /// its RNG snapshot in the forward; restoring it and the recompute's own autograd run in the
-  /// backward. Measured by the profiler in its mode on a trivial stage; the simulator and the
-  /// planner charge both once per segment. Where stages take a tenth of a millisecond, this term
-  /// decides between one long segment and many short ones. 0 in tables written before it existed.
+  /// backward. Measured by the profiler in its mode within a step (stages checkpointed in pairs
+  /// against alone), or on a trivial function where the step's noise hides it; the simulator and
+  /// the planner charge both once per segment. 0 in tables written before it existed.
   double segment_forward_seconds = 0, segment_backward_seconds = 0;
   double segment_seconds() const { return segment_forward_seconds + segment_backward_seconds; }
 

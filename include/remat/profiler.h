@@ -18,10 +18,13 @@
 //
 // Times are then scaled to what each stage takes within a whole step (the chain run whole, its
 // backward timed stage by stage with hooks on the boundaries): timed alone, a stage pays per call
-// what a step pays once, which at a tenth of a millisecond a stage is most of its time. And the
-// table records what a checkpointed segment costs by itself (CostTable::segment_forward_seconds,
-// segment_backward_seconds: a checkpoint of a trivial function in the profile's mode against the
-// function run plainly), which the simulator and the planner charge once per segment.
+// what a step pays once, which at a tenth of a millisecond a stage is most of its time. The same
+// rounds run the chain with every stage but the last checkpointed alone and in pairs, as run_plan
+// runs them: a stage's forward there is its nograd_seconds, what its recompute adds beyond its
+// forward its recompute_extra_seconds, and a pair against its two singles gives what a segment
+// costs by itself (CostTable::segment_forward_seconds, segment_backward_seconds), where the rounds
+// pin that down; elsewhere a checkpoint of a trivial function against the function run plainly
+// stands in. Short steps get up to about a second of rounds (docs/planner.md).
 #pragma once
 
 #include <torch/arg.h>
@@ -33,7 +36,7 @@
 namespace remat {
 
 struct ProfileOptions {
-  /// Measured runs per stage and option; times are their medians.
+  /// Measured runs per stage and option, and the fewest in-step rounds; times are their medians.
   TORCH_ARG(int, repeats) = 3;
   /// Unmeasured runs first (allocations, caches).
   TORCH_ARG(int, warmup) = 1;
