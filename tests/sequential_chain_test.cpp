@@ -217,6 +217,22 @@ TEST(SequentialChain, TwinsBeyondTheFirstFourAreNotTimedAgain) {
   EXPECT_EQ(copied.options[0].backward_seconds, timed.options[0].backward_seconds);
 }
 
+// Short steps are timed as training runs them: each timed step of a plan follows an untimed step
+// of the same plan, since a plan's first step after another's pays for that one's caches.
+TEST(SequentialChain, MeasuredShortStepsEachFollowAStepOfTheirOwnPlan) {
+  const at::Tensor x = torch::randn({4, 32});
+  CountingChain chain(mlp(2), [](const at::Tensor& out) { return out.pow(2).mean(); });
+  const int64_t last = chain.size() - 1;  // never in a segment: one run a step
+  const remat::Plan plain = remat::Plan::plain(chain);
+  const remat::Plan checkpointed = remat::policy_plan("block", chain);
+  const int steps = 3;
+  remat::measure_plans(chain, {plain}, x, steps);
+  EXPECT_EQ(chain.runs[last], 1 + steps) << "one plan: a warm-up round, then its steps";
+  chain.runs.clear();
+  remat::measure_plans(chain, {plain, checkpointed}, x, steps);
+  EXPECT_EQ(chain.runs[last], 2 * (1 + 2 * steps)) << "two plans: an untimed step before each timed one";
+}
+
 TEST(SequentialChain, StagesGivenAsFunctionsWithOptions) {
   torch::manual_seed(0);
   nn::Linear a(16, 16), b(16, 16);
