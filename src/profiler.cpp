@@ -318,7 +318,7 @@ InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOp
   bool warm_each = false;
   InStepRounds rounds;
   int wanted = options.repeats();
-  for (int r = -options.warmup() - 1; r < wanted; ++r) {
+  for (int r = -std::max(options.warmup(), 1); r < wanted; ++r) {  // at least one warm-up round: it times a round
     const auto start = Clock::now();
     std::vector<ItemTimes> times;
     for (const auto& plan : plans) {
@@ -339,7 +339,7 @@ InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOp
   return rounds;
 }
 
-// The median over rounds of item `k`'s times, pooled over twins (`twins[k]`: k's group, or k alone).
+// The median over rounds of an item's times, pooled over its twins (`members`: its group, or it alone).
 double pooled_median(const std::vector<ItemTimes>& rounds, std::vector<double> ItemTimes::*times,
                      const std::vector<size_t>& members) {
   std::vector<double> values;

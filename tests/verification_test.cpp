@@ -23,6 +23,22 @@ using remat::PlanItem;
 
 namespace {
 
+// `n` equal stages of 0.1 ms forward, 0.2 ms backward, 100-byte outputs, keeping 300 bytes.
+remat::CostTable equal_stages(int n) {
+  remat::CostTable costs;
+  costs.granularity = "test";
+  for (int i = 0; i < n; ++i) {
+    remat::StageCost s;
+    s.name = "s" + std::to_string(i);
+    s.output_bytes = 100;
+    s.input_grad_bytes = i == 0 ? 0 : 100;
+    s.nograd_seconds = 1e-4;
+    s.options.emplace_back("full", 1e-4, 2e-4, 300, 0, 0);
+    costs.stages.push_back(s);
+  }
+  return costs;
+}
+
 // Six stages of Linear(32, 128), tanh, Linear(128, 32) with a loss; stage 2, when `hidden` is set,
 // also keeps a tensor of `hidden_floats` for its backward that the profiler (run while it was off)
 // never saw.
@@ -168,7 +184,7 @@ TEST(PlanVerified, NestedReentrantSegmentsArePredictedWithTheGradientsTheyHold) 
   EXPECT_LT(predicted - measured, activation);
 }
 
-TEST(SegmentCost, TheProfilerMeasuresItAndTheSimulatorAndPlannerChargeItPerSegment) {
+TEST(SegmentCost, TheProfilerMeasuresItAndTheSimulatorChargesItPerSegment) {
   remat::install_cpu_memory_tracker();
   // Trivial stages (4x4 linear maps of one row), where a segment's own cost is most of its cost.
   torch::manual_seed(0);
@@ -178,9 +194,14 @@ TEST(SegmentCost, TheProfilerMeasuresItAndTheSimulatorAndPlannerChargeItPerSegme
   const at::Tensor x = torch::randn({1, 4});
   for (const auto mode : {remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant}) {
     SCOPED_TRACE(remat::to_string(mode));
-    const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1).mode(mode));
-    EXPECT_GT(costs.segment_forward_seconds, 0);
-    EXPECT_GT(costs.segment_backward_seconds, 0);
+    const remat::CostTable profiled = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1).mode(mode));
+    // Measured within a step where the rounds pin it down, it may be 0 there (what a checkpoint adds
+    // then shows per stage); never negative. The charge is checked with a known cost.
+    EXPECT_TRUE(std::isfinite(profiled.segment_seconds()) && profiled.segment_forward_seconds >= 0 &&
+                profiled.segment_backward_seconds >= 0);
+    remat::CostTable costs = profiled;
+    costs.segment_forward_seconds = 2e-5;
+    costs.segment_backward_seconds = 3e-5;
     remat::CostTable uncharged = costs;
     uncharged.segment_forward_seconds = uncharged.segment_backward_seconds = 0;
     for (const std::string policy : {"block", "every:2", "segments:2"}) {
@@ -197,17 +218,7 @@ TEST(SegmentCost, TheProfilerMeasuresItAndTheSimulatorAndPlannerChargeItPerSegme
 TEST(SegmentCost, ADearSegmentMakesThePlannerChooseFewerLongerOnes) {
   // Ten equal stages; at a budget fitting both one segment per stage and a few long ones, a cheap
   // segment favours the many (less recompute of kept boundaries), a dear one the few.
-  remat::CostTable costs;
-  costs.granularity = "test";
-  for (int i = 0; i < 10; ++i) {
-    remat::StageCost s;
-    s.name = "s" + std::to_string(i);
-    s.output_bytes = 100;
-    s.input_grad_bytes = i == 0 ? 0 : 100;
-    s.nograd_seconds = 1e-4;
-    s.options.emplace_back("full", 1e-4, 2e-4, 300, 0, 0);
-    costs.stages.push_back(s);
-  }
+  remat::CostTable costs = equal_stages(10);
   auto segments_of = [](const remat::Plan& plan) {
     int64_t count = 0;
     std::vector<const std::vector<remat::PlanItem>*> levels{&plan.items};
@@ -233,17 +244,7 @@ TEST(SegmentCost, ADearSegmentMakesThePlannerChooseFewerLongerOnes) {
 
 TEST(RecomputeCost, IsChargedEachTimeAStageIsRecomputedByTheSimulatorAndThePlanner) {
   // Six equal stages; stage 2's recompute costs 1 ms beyond its forward.
-  remat::CostTable costs;
-  costs.granularity = "test";
-  for (int i = 0; i < 6; ++i) {
-    remat::StageCost s;
-    s.name = "s" + std::to_string(i);
-    s.output_bytes = 100;
-    s.input_grad_bytes = i == 0 ? 0 : 100;
-    s.nograd_seconds = 1e-4;
-    s.options.emplace_back("full", 1e-4, 2e-4, 300, 0, 0);
-    costs.stages.push_back(s);
-  }
+  const remat::CostTable costs = equal_stages(6);
   remat::CostTable charged = costs;
   charged.stages[2].recompute_extra_seconds = 1e-3;
   const remat::Plan plain = costs.plain_plan();
