@@ -5,6 +5,7 @@
 #include <c10/core/GradMode.h>
 
 #include "detail/checkpoint_modes.h"
+#include "detail/operator_log.h"
 #include "detail/recompute_state.h"
 #include "remat/error.h"
 
@@ -73,13 +74,19 @@ std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vect
               "they can be kept for the recompute.");
   // This call's outputs are real values, whatever encloses it (a recompute, for a nested checkpoint).
   detail::RecomputingGraphOnlyScope values_needed(false);
+  // A checkpoint nested in an intercepted function is one step of it: its calls are its own.
+  detail::HiddenFromEnclosingLog hidden;
+  std::vector<at::Tensor> outputs;
   if (!c10::GradMode::is_enabled()) {
-    auto outputs = fn(inputs);
+    outputs = fn(inputs);
     check_outputs(outputs, options.name());
-    return outputs;
+  } else if (options.effective_mode() == CheckpointMode::non_reentrant) {
+    outputs = checkpoint_non_reentrant(fn, inputs, options);
+  } else {
+    outputs = checkpoint_reentrant(fn, inputs, options);
   }
-  if (options.effective_mode() == CheckpointMode::non_reentrant) return checkpoint_non_reentrant(fn, inputs, options);
-  return checkpoint_reentrant(fn, inputs, options);
+  hidden.outputs_created(outputs);
+  return outputs;
 }
 
 at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input,

@@ -9,6 +9,7 @@
 #include "detail/checkpoint_modes.h"
 #include "detail/tensor_text.h"
 #include "detail/forward_state.h"
+#include "detail/operator_log.h"
 #include "detail/recompute_state.h"
 #include "detail/saved_versions.h"
 #include "remat/checkpoint.h"
@@ -55,6 +56,7 @@ struct Frame : std::enable_shared_from_this<Frame> {
   std::vector<bool> alive;             // the handle's saved variable still exists
   std::vector<at::Tensor> recomputed;  // filled by a recompute, taken by the handle's unpack
   size_t recompute_next = 0, recompute_last = 0;
+  std::unique_ptr<detail::OperatorLog> log;  // the forward's operator calls (a policy, check_reads)
 
   void recompute();
 };
@@ -89,6 +91,7 @@ struct Handle final : detail::SavedTensorHooks {
 struct RecomputeSaver final : detail::SavedTensorHooks {
   explicit RecomputeSaver(Frame* frame) : SavedTensorHooks("a non-reentrant checkpoint"), frame_(frame) {}
   void call_pack_hook(const at::Tensor& tensor) override {
+    detail::HiddenFromEnclosingLog hidden;  // the forward's hook made no operator calls either
     const size_t i = frame_->recompute_next++;
     const std::string& name = frame_->options.name();
     REMAT_CHECK(i < frame_->packed.size(), describe_input_use(name), "the recompute saved more tensors for backward (",
@@ -132,6 +135,9 @@ void Frame::recompute() {
     StepPhaseScope phase(StepPhase::recompute);
     detail::RecomputingGraphOnlyScope values_needed(false);  // the early stop replaces graph-only stages
     detail::SavedTensorHooksScope hooks([this] { return std::make_unique<RecomputeSaver>(this); });
+    detail::CheckpointForwardScope not_a_forward(false);
+    c10::optional<detail::OperatorLog::Replaying> replaying;
+    if (log) replaying.emplace(*log, args);
     try {
       fn(args);
     } catch (const StopRecompute&) {
@@ -162,10 +168,14 @@ std::vector<at::Tensor> checkpoint_non_reentrant(const TensorListFunction& fn, c
   }
   frame->autocast = detail::AutocastSnapshot::capture();
   if (options.preserve_rng_state()) frame->rng = detail::RngSnapshot::capture(inputs);
+  if (detail::OperatorLog::wanted(options)) frame->log = std::make_unique<detail::OperatorLog>(options, inputs);
   variable_list outputs;
   {
     // Handles own the frame: it lives while the graph holds any of its saved tensors.
     detail::SavedTensorHooksScope hooks([&frame] { return std::make_unique<Handle>(frame); });
+    detail::CheckpointForwardScope forward(true);
+    c10::optional<detail::OperatorLog::Recording> recording;
+    if (frame->log) recording.emplace(*frame->log, inputs);
     outputs = fn(inputs);
   }
   check_outputs(outputs, options.name());

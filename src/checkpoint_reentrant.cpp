@@ -14,6 +14,7 @@
 #include "detail/checkpoint_modes.h"
 #include "detail/tensor_text.h"
 #include "detail/forward_state.h"
+#include "detail/operator_log.h"
 #include "detail/recompute_state.h"
 #include "detail/saved_versions.h"
 #include "detail/torch_compat.h"
@@ -100,6 +101,7 @@ struct CheckpointState : torch::CustomClassHolder {
   detail::AutocastSnapshot autocast;
   detail::SavedVersions versions;  // of the inputs and of what the forward's operations saved
   variable_list forward_outputs;  // handed from checkpoint() to forward(), then released
+  std::unique_ptr<detail::OperatorLog> log;  // the forward's operator calls (a policy, check_reads)
 };
 
 // Walks the graph `fn` recorded, from its outputs back to where it started, and returns the
@@ -210,9 +212,13 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
       c10::AutoGradMode grad_enabled(true);
       StepPhaseScope phase(StepPhase::recompute);
       // Without create_graph the outputs only root the engine's run (released before it):
-      // the function may skip computing values no backward reads.
-      detail::RecomputingGraphOnlyScope graph_only(!create_graph);
+      // the function may skip computing values no backward reads, unless its calls are replayed.
+      detail::RecomputingGraphOnlyScope graph_only(!create_graph && !state->log);
+      detail::CheckpointForwardScope not_a_forward(false);
+      c10::optional<detail::OperatorLog::Replaying> replaying;
+      if (state->log) replaying.emplace(*state->log, recompute_inputs);
       outputs = state->fn(recompute_inputs);
+      if (replaying) replaying->check_complete();
     }
 
     REMAT_CHECK(outputs.size() == state->output_meta.size(), describe_input_use(name),
@@ -285,6 +291,7 @@ std::vector<at::Tensor> checkpoint_reentrant(const TensorListFunction& fn, const
   }
   state->autocast = detail::AutocastSnapshot::capture();
   if (options.preserve_rng_state()) state->rng = detail::RngSnapshot::capture(inputs);
+  if (detail::OperatorLog::wanted(options)) state->log = std::make_unique<detail::OperatorLog>(options, inputs);
 
   // Record the forward with its saved tensors dropped: memory as in a no-grad forward, but the
   // graph shows which parameters the function reaches.
@@ -294,10 +301,18 @@ std::vector<at::Tensor> checkpoint_reentrant(const TensorListFunction& fn, const
   {
     detail::DropSavedTensorsScope drop_saved(&state->versions);
     const uint64_t first_sequence_nr = at::sequence_number::peek();
-    outputs = fn(forward_inputs);
+    {
+      detail::CheckpointForwardScope forward(true);
+      c10::optional<detail::OperatorLog::Recording> recording;
+      if (state->log) recording.emplace(*state->log, forward_inputs);
+      outputs = fn(forward_inputs);
+    }
     check_outputs(outputs, options.name());
     parameters = find_used_parameters(outputs, forward_inputs, first_sequence_nr, options.name());
   }
+  // A parameter changed in place before the recompute is refused naming the checkpoint, before
+  // LibTorch's own check of the node's saved tensors.
+  for (const auto& p : parameters) state->versions.record(p);
   for (const auto& t : outputs) state->output_meta.push_back(OutputMeta::of(t));
   for (const auto& t : outputs) {
     if (t.defined()) state->forward_outputs.push_back(t.detach());

@@ -42,6 +42,8 @@
 #include <c10/util/Optional.h>
 #include <torch/arg.h>
 
+#include "remat/selective.h"
+
 namespace remat {
 
 enum class CheckpointMode { reentrant, non_reentrant };
@@ -84,6 +86,15 @@ struct CheckpointOptions {
   TORCH_ARG(std::vector<at::Tensor>, restore_after_recompute) = {};
   /// The mode; none: default_checkpoint_mode().
   TORCH_ARG(c10::optional<CheckpointMode>, mode) = c10::nullopt;
+  /// Selective checkpointing (remat/selective.h): per operator call of the forward, keep its
+  /// results or recompute them. None (the default): only the inputs are kept.
+  TORCH_ARG(SelectivePolicy, selective) = nullptr;
+  /// As the recompute reaches each operator call, check that the tensors it reads from outside the
+  /// function (captured tensors, parameters) are the ones the forward's call read, unchanged: a
+  /// captured `w` changed in place (`w.add_(1)`) or rebound (`w = w + 1`) after the forward is
+  /// refused, naming the operator, where no version counter sees it. Costs an interception of every
+  /// operator call; on by default where `selective` intercepts them anyway.
+  TORCH_ARG(c10::optional<bool>, check_reads) = c10::nullopt;
 
  public:
   /// PyTorch's name (torch.utils.checkpoint's use_reentrant): mode(on ? reentrant : non_reentrant).
@@ -95,6 +106,8 @@ struct CheckpointOptions {
   CheckpointOptions& reentrant(bool on) { return use_reentrant(on); }
   /// mode(), or the thread's default where none is set.
   CheckpointMode effective_mode() const { return mode_.value_or(default_checkpoint_mode()); }
+  /// check_reads(), or its default: on exactly when a selective policy is set.
+  bool effective_check_reads() const { return check_reads_.value_or(static_cast<bool>(selective_)); }
 };
 
 using TensorFunction = std::function<at::Tensor(const at::Tensor&)>;
