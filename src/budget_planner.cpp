@@ -79,7 +79,11 @@ int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& samp
 PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options) {
   const CostTable costs = profile_chain(
-      chain, sample_input, ProfileOptions().repeats(options.repeats()).warmup(options.warmup()).mode(options.mode()));
+      chain, sample_input, ProfileOptions()
+                                    .repeats(options.repeats())
+                                    .warmup(options.warmup())
+                                    .mode(options.mode())
+                                    .selective_option(options.selective_option()));
   PlanResult result =
       options.max_replans() < 0
           ? plan_optimal(costs, budget, options.planner())

@@ -14,12 +14,6 @@
 
 namespace remat {
 
-int64_t Chain::num_blocks() const {
-  int64_t n = 0;
-  for (const auto& s : stages()) n = std::max(n, s.block + 1);
-  return n;
-}
-
 namespace {
 
 // For error messages: a file's names may be long or many.
@@ -114,7 +108,7 @@ at::Tensor run_item(Chain& chain, const std::shared_ptr<const Plan>& plan, const
                     bool graph_only) {
   if (item.is_stage()) {
     const std::string& option = plan->options[item.stage];
-    return graph_only ? chain.forward_stage_graph_only(item.stage, x, option) : chain.forward_stage(item.stage, x, option);
+    return chain.run_stage(item.stage, x, option, graph_only);
   }
   const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
   const auto [first, last] = stage_range(*segment);
@@ -258,7 +252,7 @@ void Plan::validate_against(const Chain& chain) const {
   REMAT_CHECK(options.size() == chain_names.size(), "the plan has ", options.size(), " options for ",
               chain_names.size(), " stages.");
   for (size_t i = 0; i < options.size(); ++i) {
-    const auto& allowed = chain.stages()[i].options;
+    const auto allowed = chain.accepted_options(static_cast<int64_t>(i));
     REMAT_CHECK(std::find(allowed.begin(), allowed.end(), options[i]) != allowed.end(), "stage '", chain_names[i],
                 "' has no option '", options[i], "'; it offers: ", join_names(allowed), ".");
   }

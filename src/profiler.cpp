@@ -73,7 +73,7 @@ size_t saved_tensor_count(Chain& chain, int64_t i, const at::Tensor& x, const st
     ++count;
     return std::make_unique<KeepUntilLast>(unused, 0);
   });
-  chain.forward_stage(i, x, option);
+  chain.run_stage(i, x, option);
   return count;
 }
 
@@ -135,24 +135,25 @@ std::pair<double, int64_t> segment_forward(Chain& chain, int64_t i, const at::Te
 void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const ProfileOptions& options,
                    c10::Device device, StageCost& cost) {
   const StageInfo& info = chain.stages()[i];
+  const std::vector<std::string> names = options.selective_option() ? chain.accepted_options(i) : info.options;
   // Options and the segment-style forward are measured in interleaved rounds, so that machine
   // drift (two shared cores) moves them alike rather than favouring whichever ran last.
   std::vector<double> nograd_times;
   int64_t nograd_extra = 0;
   // Per option, the plain run [0] and the graph-only run [1] (as the last stage of a recompute).
-  std::vector<std::array<StageRunCost, 2>> runs(info.options.size());
-  std::vector<std::array<std::vector<double>, 2>> forward_times(info.options.size()), backward_times(info.options.size());
-  cost.options.resize(info.options.size());
-  for (size_t o = 0; o < info.options.size(); ++o) cost.options[o].option = info.options[o];
+  std::vector<std::array<StageRunCost, 2>> runs(names.size());
+  std::vector<std::array<std::vector<double>, 2>> forward_times(names.size()), backward_times(names.size());
+  cost.options.resize(names.size());
+  for (size_t o = 0; o < names.size(); ++o) cost.options[o].option = names[o];
   const bool generic_stop = options.mode() == CheckpointMode::non_reentrant;
-  std::vector<size_t> saved_counts(info.options.size(), 0);
+  std::vector<size_t> saved_counts(names.size(), 0);
   if (generic_stop) {
-    for (size_t o = 0; o < info.options.size(); ++o) {
-      saved_counts[o] = saved_tensor_count(chain, i, stage_input(activation, i == 0), info.options[o]);
+    for (size_t o = 0; o < names.size(); ++o) {
+      saved_counts[o] = saved_tensor_count(chain, i, stage_input(activation, i == 0), names[o]);
     }
   }
   for (int r = -options.warmup(); r < options.repeats(); ++r) {
-    for (size_t o = 0; o < info.options.size(); ++o) {
+    for (size_t o = 0; o < names.size(); ++o) {
       for (int graph_only = 0; graph_only < 2; ++graph_only) {
         StageRunCost& rc = runs[o][graph_only];
         at::Tensor x = stage_input(activation, i == 0);
@@ -166,7 +167,7 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
           if (saved_counts[o] > 0) {
             detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved_counts[o]); });
             try {
-              chain.forward_stage(i, x, info.options[o]);
+              chain.run_stage(i, x, names[o]);
             } catch (const StopAtLastSaved&) {
             }
           }
@@ -185,8 +186,7 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
         const int64_t before = memory_stats(device).current_bytes;
         reset_peak_memory(device);
         auto start = Clock::now();
-        at::Tensor y = graph_only ? chain.forward_stage_graph_only(i, x, info.options[o])
-                                  : chain.forward_stage(i, x, info.options[o]);
+        at::Tensor y = chain.run_stage(i, x, names[o], graph_only != 0);
         const double forward_seconds = seconds_since(start, device);
         const auto after_forward = memory_stats(device);
         REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require ",
@@ -223,7 +223,7 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
     nograd_times.push_back(seconds);
     nograd_extra = std::max<int64_t>(nograd_extra, extra_bytes);
   }
-  for (size_t o = 0; o < info.options.size(); ++o) {
+  for (size_t o = 0; o < names.size(); ++o) {
     for (int graph_only = 0; graph_only < 2; ++graph_only) {
       StageRunCost& rc = runs[o][graph_only];
       rc.forward_seconds = median(forward_times[o][graph_only]);

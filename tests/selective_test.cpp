@@ -16,7 +16,11 @@
 
 #include "detail/forward_state.h"
 #include "remat/checkpoint.h"
+#include "remat/budget_planner.h"
 #include "remat/memory.h"
+#include "remat/plan.h"
+#include "remat/profiler.h"
+#include "remat/sequential_chain.h"
 #include "remat/selective.h"
 #include "support/compare.h"
 
@@ -462,4 +466,69 @@ TEST(SelectiveCheckpoint, GradientsAreThePlainRuns_CUDA) {
       EXPECT_TRUE(at::allclose(plain.parameters[i], checked.parameters[i], 1e-5, 1e-6)) << i;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The generic stage option, planned for any chain.
+
+namespace {
+
+// A dear matrix product followed by a cheap elementwise tail that holds most of the stage's memory:
+// keeping the product and recomputing the tail ("sac") costs little, recomputing the stage costs
+// the product again.
+struct ProductAndTailImpl : nn::Module {
+  nn::Linear fc{nullptr};
+  explicit ProductAndTailImpl(int64_t width) { fc = register_module("fc", nn::Linear(width, width)); }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor y = fc(x);
+    return (y.tanh() * y.sigmoid()).sin().cos().mul(0.5) + x;
+  }
+};
+TORCH_MODULE(ProductAndTail);
+
+}  // namespace
+
+TEST(SelectiveStageOption, EveryChainAcceptsItAndRunsItWithThePlainGradients) {
+  torch::manual_seed(0);
+  nn::Sequential net(ProductAndTail(32), ProductAndTail(32), ProductAndTail(32));
+  const at::Tensor x = torch::randn({8, 32});
+  remat::SequentialChain chain(net, [](const at::Tensor& out) { return out.pow(2).sum(); });
+  EXPECT_EQ(chain.accepted_options(0), (std::vector<std::string>{"full", "sac"}));
+  remat::Plan plan = remat::Plan::plain(chain);
+  plan.options[1] = remat::kSelectiveOption;
+  plan.validate_against(chain);
+  auto grads_under = [&](const remat::Plan& p) {
+    net->zero_grad();
+    remat::run_plan(chain, p, x).backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& param : net->parameters()) grads.push_back(param.grad().clone());
+    return grads;
+  };
+  const auto plain = grads_under(remat::Plan::plain(chain));
+  const auto selective = grads_under(plan);
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(plain[i], selective[i])) << i;
+  plan.options[1] = "keep-everything";
+  expect_error_containing([&] { plan.validate_against(chain); }, {"has no option 'keep-everything'", "it offers: full sac"});
+}
+
+TEST(SelectiveStageOption, APlanPicksItWhereKeepingTheProductsPays) {
+  remat::install_cpu_memory_tracker();
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int i = 0; i < 6; ++i) net->push_back(ProductAndTail(256));
+  const at::Tensor x = torch::randn({512, 256});
+  remat::SequentialChain chain(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().selective_option(true));
+  remat::Plan every_stage_selective = costs.plain_plan();
+  for (int i = 0; i < 6; ++i) every_stage_selective.options[i] = remat::kSelectiveOption;
+  const remat::Prediction plain = remat::simulate(costs.plain_plan(), costs);
+  const remat::Prediction selective = remat::simulate(every_stage_selective, costs);
+  ASSERT_LT(selective.peak_bytes, plain.peak_bytes * 3 / 4) << costs.to_table();
+  const remat::Budget budget = remat::Budget::bytes(selective.peak_bytes);
+  const remat::PlanResult result = remat::plan_verified(
+      costs, budget, remat::PlannerOptions(),
+      [&](const remat::Plan& p) { return remat::measure_plan_peak(chain, p, x); });
+  ASSERT_TRUE(result.feasible) << costs.to_table();
+  EXPECT_NE(result.plan.to_string().find(":sac"), std::string::npos) << result.plan.to_string() << "\n" << costs.to_table();
+  EXPECT_LE(result.measured_peak_bytes, selective.peak_bytes);
 }

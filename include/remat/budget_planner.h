@@ -33,6 +33,9 @@ struct BudgetPlanOptions {
   /// Plans again at most this many times when the plan's measured peak passes the budget; -1: do not
   /// measure (trust the prediction).
   TORCH_ARG(int, max_replans) = 3;
+  /// Offer the planner the generic option "sac" on every stage (kSelectiveOption, chain.h):
+  /// profiled with the others, chosen where it pays.
+  TORCH_ARG(bool, selective_option) = true;
 
  public:
   /// The planner's part of these options.

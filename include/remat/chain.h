@@ -4,7 +4,10 @@
 // returns its output (a loss, when the chain ends in one). Boundaries lie where one tensor carries
 // everything forward (a residual stream, a Sequential's module outputs), so keeping a(i) is all a
 // recompute from stage i+1 needs. Each stage lists the options it offers for what it keeps inside;
-// the names are the chain's own, and options[0] is the stage's default.
+// the names are the chain's own, and options[0] is the stage's default. Every stage of every chain
+// also accepts the generic option "sac" (kSelectiveOption): its default option run as a checkpoint
+// under the compute-intensive selective policy (remat/selective.h), which the profiler measures and
+// the planner chooses like any other where ProfileOptions::selective_option asks for it.
 // `SequentialChain` (sequential_chain.h) makes any torch::nn::Sequential a chain.
 #pragma once
 
@@ -15,6 +18,12 @@
 #include <ATen/core/Tensor.h>
 
 namespace remat {
+
+/// The option every stage of every chain accepts besides its own: the stage's default option run as
+/// a non-reentrant checkpoint under save_compute_intensive() — its matrix products, convolutions and
+/// attention kept, its norms, activations, softmax and dropout recomputed in its backward. A stage
+/// that lists an option of this name itself runs its own.
+inline const char* const kSelectiveOption = "sac";
 
 struct StageInfo {
   std::string name;                  ///< unique in the chain, e.g. "conv3" or "layer11"
@@ -58,6 +67,12 @@ class Chain {
   virtual std::vector<at::Tensor> stage_buffers(int64_t /*index*/) const { return {}; }
 
   int64_t size() const { return static_cast<int64_t>(stages().size()); }
+  /// The options stage `index` accepts: its own (StageInfo::options), then kSelectiveOption unless
+  /// it lists that itself.
+  std::vector<std::string> accepted_options(int64_t index) const;
+  /// Runs stage `index` with any accepted option: the chain's own through forward_stage (or
+  /// forward_stage_graph_only), kSelectiveOption generically.
+  at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only = false);
   /// Number of blocks (the largest block index + 1).
   int64_t num_blocks() const;
 };

@@ -44,6 +44,9 @@ struct ProfileOptions {
   /// Chain::forward_stage_graph_only. Non-reentrant: the generic early stop, measured for any chain
   /// as the stage's forward stopped at its last saved tensor (the backward is the plain one's).
   TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
+  /// Also measure the generic option "sac" (kSelectiveOption, chain.h) on every stage that does not
+  /// list it, so the planner can choose it: selective checkpointing inside the stage.
+  TORCH_ARG(bool, selective_option) = false;
 };
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options = {});
