@@ -570,7 +570,7 @@ std::vector<std::string> with_and_without_skip_ends(const std::vector<std::strin
 }
 
 std::vector<std::string> generic_policy_candidates() {
-  return with_and_without_skip_ends({"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt"});
+  return with_and_without_skip_ends({"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt", "sac"});
 }
 
 std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& budget,
@@ -593,7 +593,11 @@ std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& b
       continue;  // a policy that does not apply to this chain (segments:4 of 2 blocks) is no candidate
     }
     candidate.plan.mode = options.mode();
-    candidate.prediction = predict(candidate.plan);
+    try {
+      candidate.prediction = predict(candidate.plan);
+    } catch (const c10::Error&) {
+      continue;  // nor is one whose options the table does not cost (sac, in a table profiled without it)
+    }
     candidate.feasible = candidate.prediction.peak_bytes <= budget_bytes;
     candidate.least_feasible_budget_bytes = candidate.prediction.peak_bytes;  // its one plan's
     out.push_back(std::move(candidate));

@@ -22,13 +22,15 @@ const std::vector<PolicyDescription>& descriptions() {
       {"every:K", "checkpoint runs of K blocks: keeps one boundary per K blocks, recomputes all blocks; peak grows with K"},
       {"segments:K", "PyTorch's checkpoint_sequential over the blocks: K segments, the last one not checkpointed"},
       {"sqrt", "ceil(sqrt(N)) checkpointed segments (Chen et al.): O(sqrt N) boundaries for one extra forward"},
+      {"sac", "selective checkpointing in every block (stage option sac): keeps matrix products, convolutions and "
+              "attention, recomputes norms, activations, softmax and dropout"},
       {"<policy>,skip-ends", "any policy with the first and last blocks left unchecked (they run plainly)"},
   };
   return list;
 }
 
 const std::set<std::string>& generic_bases() {
-  static const std::set<std::string> bases = {"none", "block", "every", "segments", "sqrt"};
+  static const std::set<std::string> bases = {"none", "block", "every", "segments", "sqrt", "sac"};
   return bases;
 }
 
@@ -149,7 +151,13 @@ Plan policy_plan(const std::string& policy, const Chain& chain) {
     const int64_t size = (candidates + count - 1) / count;
     for (int64_t b = first; b < last; b += size) blocks_segment(b, std::min(b + size, last));
   }
-  return plan_with_segments(chain, segments);
+  Plan plan = plan_with_segments(chain, segments);
+  if (spec.base == "sac") {
+    for (int64_t b = first; b < last; ++b) {
+      for (int64_t i = blocks[b].first; i < blocks[b].second; ++i) plan.options[i] = kSelectiveOption;
+    }
+  }
+  return plan;
 }
 
 }  // namespace remat

@@ -19,6 +19,7 @@
 #include "remat/budget_planner.h"
 #include "remat/memory.h"
 #include "remat/plan.h"
+#include "remat/policies.h"
 #include "remat/profiler.h"
 #include "remat/sequential_chain.h"
 #include "remat/selective.h"
@@ -509,6 +510,16 @@ TEST(SelectiveStageOption, EveryChainAcceptsItAndRunsItWithThePlainGradients) {
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(plain[i], selective[i])) << i;
   plan.options[1] = "keep-everything";
   expect_error_containing([&] { plan.validate_against(chain); }, {"has no option 'keep-everything'", "it offers: full sac"});
+}
+
+TEST(SelectiveStageOption, ThePolicySacPutsItOnEveryBlock) {
+  torch::manual_seed(0);
+  nn::Sequential net(ProductAndTail(8), ProductAndTail(8), ProductAndTail(8), ProductAndTail(8));
+  remat::SequentialChain chain(net, [](const at::Tensor& out) { return out.sum(); });
+  EXPECT_EQ(remat::policy_plan("sac", chain).to_string(),
+            "productandtail0:sac productandtail1:sac productandtail2:sac productandtail3:sac loss");
+  EXPECT_EQ(remat::policy_plan("sac,skip-ends", chain).to_string(),
+            "productandtail0 productandtail1:sac productandtail2:sac productandtail3 loss");
 }
 
 TEST(SelectiveStageOption, APlanPicksItWhereKeepingTheProductsPays) {

@@ -50,7 +50,7 @@ struct ProfiledModel {
                 const at::Tensor& x, int repeats)
       : net(tracked(make_model)),
         chain(net, loss_of),
-        costs(remat::profile_chain(chain, x, remat::ProfileOptions().repeats(repeats))) {}
+        costs(remat::profile_chain(chain, x, remat::ProfileOptions().repeats(repeats).selective_option(true))) {}
   torch::nn::Sequential net;
   remat::SequentialChain chain;
   remat::CostTable costs;
@@ -62,8 +62,20 @@ struct ProfiledModel {
   }
 };
 
+/// The table as a profile without the generic selective option would have it.
+inline remat::CostTable without_selective_option(remat::CostTable costs) {
+  for (auto& stage : costs.stages) {
+    auto& options = stage.options;
+    options.erase(std::remove_if(options.begin() + 1, options.end(),
+                                 [](const remat::StageOptionCost& o) { return o.option == remat::kSelectiveOption; }),
+                  options.end());
+  }
+  return costs;
+}
+
 /// `make_model` builds the model afresh, identically each time (it seeds); `loss_of` turns its
-/// output into the loss. `x` is the batch every step runs on.
+/// output into the loss. `x` is the batch every step runs on. Each budget is planned with the
+/// generic selective option ("sac") offered and without it, both measured in the same series.
 inline int report_budgets(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
                           const at::Tensor& x, const ReportOptions& options) {
   int failures = 0;
@@ -85,6 +97,12 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   for (const auto& budget : options.budgets) {
     optimal.push_back(remat::plan_verified(costs, budget, {}, measure_peak).ensure_feasible());
   }
+  // The same budgets planned without the generic option: measured in the same series, after them.
+  const remat::CostTable costs_without = without_selective_option(costs);
+  const size_t budget_count = optimal.size();
+  for (const auto& budget : options.budgets) {
+    optimal.push_back(remat::plan_verified(costs_without, budget, {}, measure_peak).ensure_feasible());
+  }
   std::vector<remat::NamedPlan> policies;
   for (const auto& policy : remat::generic_policy_candidates()) {
     try {
@@ -104,13 +122,16 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
             << remat::format_bytes(none.activation_peak_bytes) << "; step predicted "
             << optimal.front().unchecked.step_seconds << " s, measured " << none.step_seconds << " s\n\n";
 
-  remat::Table budgets({"budget", "predicted", "measured", "error", "re-plans", "pred. ovh", "meas. ovh",
-                        "best generic that fits", "its ovh", "DP/it", "gradients"});
-  for (size_t b = 0; b < c.budgets.size(); ++b) {
+  remat::Table budgets({"budget", "predicted", "measured", "error", "re-plans", "pred. ovh", "meas. ovh", "sac chosen",
+                        "without sac: measured", "meas. ovh", "best generic that fits", "its ovh", "DP/it", "gradients"});
+  for (size_t b = 0; b < budget_count; ++b) {
     const remat::BudgetComparison& bc = c.budgets[b];
     const remat::PlanResult& p = bc.optimal;
     const remat::PlanMeasurement& m = bc.measured.measured;
     const std::string best_name = bc.best_policy ? c.policies[*bc.best_policy].name : "(none fits)";
+    const remat::BudgetComparison& w = c.budgets[budget_count + b];  // the same budget planned without sac
+    failures += w.fits ? 0 : 1;
+    const bool sac_chosen = p.plan.to_string().find(std::string(":") + remat::kSelectiveOption) != std::string::npos;
     // DP against the best generic: paired too, so "<=" means its step was the faster in most rounds.
     const remat::PlanVerification v = remat::verify_plan(chain, p.plan, x);
     failures += bc.fits ? 0 : 1;
@@ -119,14 +140,17 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
                          static_cast<double>(m.activation_peak_bytes);
     budgets.add_row({options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
                      remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), remat::percent(error),
-                     std::to_string(p.replans), remat::percent(p.predicted_overhead()), remat::percent(bc.measured.overhead), best_name,
+                     std::to_string(p.replans), remat::percent(p.predicted_overhead()), remat::percent(bc.measured.overhead),
+                     sac_chosen ? "yes" : "no", remat::format_bytes(w.measured.measured.activation_peak_bytes) + (w.fits ? "" : "!"),
+                     remat::percent(w.measured.overhead), best_name,
                      bc.best_policy ? remat::percent(c.policies[*bc.best_policy].overhead) : "-",
                      bc.best_policy ? ratio_text(bc.ratio_to_best_policy) : "-",
                      v.bitwise_equal() ? "bitwise equal" : "DIFFER " + std::to_string(v.max_gradient_difference())});
   }
   budgets.print(std::cout);
-  for (size_t b = 0; b < c.budgets.size(); ++b) {
-    std::cout << "plan at " << options.budgets[b] << ": " << c.budgets[b].optimal.plan.to_string() << "\n";
+  for (size_t b = 0; b < budget_count; ++b) {
+    std::cout << "plan at " << options.budgets[b] << ": " << c.budgets[b].optimal.plan.to_string() << "\n"
+              << "   without sac: " << c.budgets[budget_count + b].optimal.plan.to_string() << "\n";
   }
   std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(none.activation_peak_bytes) << "):\n";
   remat::Table generic({"policy", "predicted", "measured", "of none", "pred. ovh", "meas. ovh"});

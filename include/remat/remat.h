@@ -1,6 +1,7 @@
 // remat/remat.h — the whole public API in one include.
 //
-//   checkpointing     checkpoint.h (functions), checkpointed.h (modules, Sequential segments)
+//   checkpointing     checkpoint.h (functions), checkpointed.h (modules, Sequential segments),
+//                     selective.h (a policy per operator call: keep matmuls, recompute the rest)
 //   planning          chain.h, sequential_chain.h (your model as a chain), plan.h, policies.h,
 //                     budget.h, cost_model.h, profiler.h, planner.h, budget_planner.h, planned.h,
 //                     plan_request.h (a policy, a plan file or a budget: one decision),
@@ -33,5 +34,6 @@
 #include "remat/planner.h"
 #include "remat/policies.h"
 #include "remat/profiler.h"
+#include "remat/selective.h"
 #include "remat/sequential_chain.h"
 #include "remat/throughput.h"

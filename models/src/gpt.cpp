@@ -276,8 +276,9 @@ Plan to_half_granularity(const Plan& plan) {
   for (int64_t b = 0; b < layers; ++b) {
     const std::string& option = plan.options[b + 1];
     half.options[1 + 2 * b] = option;
-    // An option the MLP half does not offer (selective) leaves it full.
-    const bool offered = !keep_option(parse_keep(option)).attention_only;
+    // An option the MLP half does not offer (selective) leaves it full; the generic selective
+    // option applies to both halves.
+    const bool offered = option == kSelectiveOption || !keep_option(parse_keep(option)).attention_only;
     half.options[2 + 2 * b] = offered ? option : to_string(Keep::full);
   }
   // Stage index i of the block chain: 0 embed, 1..layers blocks, layers+1 head.
@@ -352,14 +353,14 @@ std::string GptChain::stage_signature(int64_t index) const {
 }
 
 at::Tensor GptChain::forward_stage(int64_t index, const at::Tensor& input, const std::string& option) {
-  return run_stage(index, input, option, /*graph_only=*/false);
+  return run_with_option(index, input, option, /*graph_only=*/false);
 }
 
 at::Tensor GptChain::forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) {
-  return run_stage(index, input, option, /*graph_only=*/true);
+  return run_with_option(index, input, option, /*graph_only=*/true);
 }
 
-at::Tensor GptChain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
+at::Tensor GptChain::run_with_option(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
   const StageInfo& stage = stages_.at(index);
   const Keep keep = parse_keep(option);
   switch (gpt_stage_kind(index, size(), granularity_)) {

@@ -15,7 +15,7 @@ Prediction GptCosts::unchecked() const { return simulate(Plan::plain(GptChainSha
 GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats, CheckpointMode mode) {
   GptChain chain(std::move(model), "half");
   chain.set_targets(targets);
-  return GptCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats).mode(mode))};
+  return GptCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats).mode(mode).selective_option(true))};
 }
 
 GptCosts gpt_costs_from_json(const std::string& text, const std::string& source) {
@@ -80,7 +80,7 @@ ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const a
         chain.set_targets(targets.narrow(0, 0, b));  // the loss of this batch size
         return tokens.narrow(0, 0, b);
       },
-      batches, ProfileOptions().repeats(repeats).mode(mode));
+      batches, ProfileOptions().repeats(repeats).mode(mode).selective_option(true));
 }
 
 MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets) {
@@ -91,7 +91,7 @@ MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets) {
 
 std::vector<std::string> gpt_policy_names() {
   std::vector<std::string> names = {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt",
-                                    "ffn",   "attn",    "ffn+attn"};
+                                    "ffn",   "attn",    "ffn+attn",   "sac"};
   for (const auto& o : keep_options()) {
     if (o.keep != Keep::full) names.emplace_back(o.name);  // the option policies
   }

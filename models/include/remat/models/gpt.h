@@ -178,7 +178,7 @@ class GptChain : public Chain {
  private:
   Gpt model_;
   std::string granularity_;
-  at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only);
+  at::Tensor run_with_option(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only);
   /// The modules stage `index` runs, with their names in the model.
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> stage_modules(int64_t index) const;
 
