@@ -20,14 +20,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-template <typename F>
-double seconds_per_call(int calls, F&& f) {
-  const auto start = Clock::now();
-  for (int i = 0; i < calls; ++i) f();
-  return std::chrono::duration<double>(Clock::now() - start).count() / calls;
-}
+using remat::seconds_per_call;
 
 }  // namespace
 
