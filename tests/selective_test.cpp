@@ -529,7 +529,21 @@ TEST(SelectiveStageOption, APlanPicksItWhereKeepingTheProductsPays) {
   for (int i = 0; i < 6; ++i) net->push_back(ProductAndTail(256));
   const at::Tensor x = torch::randn({512, 256});
   remat::SequentialChain chain(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
-  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().selective_option(true));
+  remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().selective_option(true));
+  // Bytes are measured (exact); times are set, so the choice does not rest on a loaded machine's
+  // noise: sac runs the stage's forward and adds a tenth of it to its backward (the tail's
+  // recompute), a segment recomputes the whole forward.
+  for (int i = 0; i < 6; ++i) {
+    remat::StageCost& stage = costs.stages[i];
+    const remat::StageOptionCost& full = stage.option("full");
+    for (auto& o : stage.options) {
+      if (o.option != remat::kSelectiveOption) continue;
+      o.forward_seconds = full.forward_seconds;
+      o.backward_seconds = full.backward_seconds + 0.1 * full.forward_seconds;
+      o.graph_only.reset();
+    }
+    stage.nograd_seconds = full.forward_seconds;
+  }
   remat::Plan every_stage_selective = costs.plain_plan();
   for (int i = 0; i < 6; ++i) every_stage_selective.options[i] = remat::kSelectiveOption;
   const remat::Prediction plain = remat::simulate(costs.plain_plan(), costs);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <ostream>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -176,6 +177,82 @@ void copy_kept_before_write(OperatorLog::State& log, const at::Tensor& written) 
   }
 }
 
+// Notes the tensors the call reads from outside the function (check_reads). A tensor the call
+// changes in place is state the function updates (running statistics, which
+// restore_after_recompute restores), not a value it reads: its version moves by design.
+void note_reads(const Interception& scope, const SchemaFacts& facts, c10::ArrayRef<c10::IValue> arguments, Call& call) {
+  size_t position = 0;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const bool written = std::find(facts.written.begin(), facts.written.end(), i) != facts.written.end();
+    for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) {
+      const size_t here = position++;
+      if (written || !t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
+      if (scope.created.count(t.unsafeGetTensorImpl()) != 0) return;
+      const auto& counter = t.unsafeGetTensorImpl()->version_counter();
+      call.reads.push_back({here, t, counter.enabled() ? counter.current_version() : 0});
+    });
+  }
+}
+
+// Asks the policy; refuses must_save on a call whose schema says its result aliases an input.
+CheckpointPolicy ask_policy(OperatorLog::State& log, const c10::FunctionSchema& schema, const SchemaFacts& facts,
+                            c10::ArrayRef<c10::IValue> arguments, int64_t index) {
+  const std::string& name = schema.name();
+  OperatorCall seen;
+  seen.name = name;
+  seen.overload = schema.overload_name();
+  seen.index = index;
+  seen.name_index = log.name_counts[name]++;
+  seen.random = facts.random;
+  seen.arguments = arguments;
+  const CheckpointPolicy decision = log.policy(seen);
+  const bool keep = decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save;
+  if (!keep || !facts.returns_alias) return decision;
+  REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
+              call_text(schema), " (operator call ", index,
+              "), which returns a view of its input or changes it in place: its result cannot be kept apart "
+              "from the input it shares. Return prefer_save to let such calls be recomputed.");
+  return CheckpointPolicy::prefer_recompute;
+}
+
+// Keeps the call's results (as tensors of the log's own), unless a kernel returned an argument's
+// storage under a schema that says nothing (_unsafe_view): such a result cannot be kept apart.
+void keep_results(OperatorLog::State& log, const c10::FunctionSchema& schema, const SchemaFacts& facts,
+                  c10::ArrayRef<c10::IValue> results, const std::vector<at::Tensor>& argument_tensors,
+                  CheckpointPolicy decision, Call& call) {
+  bool shares_argument = false;
+  for_each_tensor(results, [&](const at::Tensor& r) {
+    for (const at::Tensor& a : argument_tensors) shares_argument = shares_argument || (r.defined() && a.defined() && r.is_alias_of(a));
+  });
+  if (shares_argument) {
+    REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
+                call_text(schema), " (operator call ", log.calls.size(),
+                "), whose result shares its input's memory: it cannot be kept apart from its input. Return "
+                "prefer_save to let such calls be recomputed.");
+    return;
+  }
+  call.keeps = true;
+  for (const c10::IValue& result : results) {
+    KeptResult shape;
+    if (result.isTensor()) {
+      shape.kind = KeptResult::tensor;
+    } else if (result.isTensorList()) {
+      shape.kind = KeptResult::tensor_list;
+      shape.count = result.toTensorList().size();
+    } else {
+      shape.other = result;
+    }
+    call.results.push_back(std::move(shape));
+    for_each_tensor(c10::ArrayRef<c10::IValue>(&result, 1), [&](const at::Tensor& t) {
+      if (!t.defined()) return call.kept.push_back({t, c10::VariableVersion(), 0, true});
+      const auto& counter = t.unsafeGetTensorImpl()->version_counter();
+      call.kept.push_back({t.variable_data(), counter, counter.enabled() ? counter.current_version() : 0, false});
+    });
+  }
+  if (facts.random && log.preserve_rng) call.rng_after = RngSnapshot::capture_like(log.rng_like);
+  log.keeping.push_back(log.calls.size());
+}
+
 void record(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   OperatorLog::State& log = *scope.log;
   const c10::FunctionSchema& schema = op.schema();
@@ -184,96 +261,49 @@ void record(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKey
   const c10::ArrayRef<c10::IValue> arguments(stack->data() + stack->size() - num_arguments, num_arguments);
   Call call;
   call.schema = &schema;
-  if (log.check_reads) {
-    // A tensor the call changes in place is state the function updates (running statistics, which
-    // restore_after_recompute restores), not a value it reads: its version moves by design.
-    size_t position = 0;
-    for (size_t i = 0; i < num_arguments; ++i) {
-      const bool written = std::find(facts.written.begin(), facts.written.end(), i) != facts.written.end();
-      for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) {
-      const size_t here = position++;
-      if (written) return;
-      if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
-      if (scope.created.count(t.unsafeGetTensorImpl()) != 0) return;
-      const auto& counter = t.unsafeGetTensorImpl()->version_counter();
-      call.reads.push_back({here, t, counter.enabled() ? counter.current_version() : 0});
-      });
+  if (log.check_reads) note_reads(scope, facts, arguments, call);
+  if (!log.keeping.empty()) {
+    for (size_t i : facts.written) {
+      for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) { copy_kept_before_write(log, t); });
     }
   }
-  for (size_t i : facts.written) {
-    if (!log.keeping.empty()) for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) { copy_kept_before_write(log, t); });
-  }
-  const int64_t index = static_cast<int64_t>(log.calls.size());
   CheckpointPolicy decision = CheckpointPolicy::prefer_recompute;
-  std::vector<at::Tensor> argument_tensors;
+  std::vector<at::Tensor> argument_tensors;  // of a call to keep: its results must not share them
   if (log.policy) {
-    const std::string& name = schema.name();
-    OperatorCall seen;
-    seen.name = name;
-    seen.overload = schema.overload_name();
-    seen.index = index;
-    seen.name_index = log.name_counts[name]++;
-    seen.random = facts.random;
-    seen.arguments = arguments;
-    decision = log.policy(seen);
-    call.keeps = decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save;
-    if (call.keeps && facts.returns_alias) {
-      REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
-                  call_text(schema), " (operator call ", index,
-                  "), which returns a view of its input or changes it in place: its result cannot be kept apart "
-                  "from the input it shares. Return prefer_save to let such calls be recomputed.");
-      call.keeps = false;
+    decision = ask_policy(log, schema, facts, arguments, static_cast<int64_t>(log.calls.size()));
+    if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
+      for_each_tensor(arguments, [&](const at::Tensor& t) { argument_tensors.push_back(t); });
     }
-    if (call.keeps) for_each_tensor(arguments, [&](const at::Tensor& t) { argument_tensors.push_back(t); });
   }
   run_kernel(op, keys, stack);
   const size_t num_results = schema.returns().size();
   const c10::ArrayRef<c10::IValue> results(stack->data() + stack->size() - num_results, num_results);
-  if (log.check_reads) for_each_tensor(results, [&](const at::Tensor& t) { if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl()); });
-  if (call.keeps) {
-    // A kernel may return an argument's storage under a schema that says nothing (_unsafe_view).
-    bool shares_argument = false;
-    for_each_tensor(results, [&](const at::Tensor& r) {
-      for (const at::Tensor& a : argument_tensors) shares_argument = shares_argument || (r.defined() && a.defined() && r.is_alias_of(a));
-    });
-    if (shares_argument) {
-      REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
-                  call_text(schema), " (operator call ", index,
-                  "), whose result shares its input's memory: it cannot be kept apart from its input. Return "
-                  "prefer_save to let such calls be recomputed.");
-      call.keeps = false;
-    }
+  if (log.check_reads) {
+    for_each_tensor(results, [&](const at::Tensor& t) { if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl()); });
   }
-  if (call.keeps) {
-    for (const c10::IValue& result : results) {
-      KeptResult shape;
-      if (result.isTensor()) {
-        shape.kind = KeptResult::tensor;
-      } else if (result.isTensorList()) {
-        shape.kind = KeptResult::tensor_list;
-        shape.count = result.toTensorList().size();
-      } else {
-        shape.other = result;
-      }
-      call.results.push_back(std::move(shape));
-      for_each_tensor(c10::ArrayRef<c10::IValue>(&result, 1), [&](const at::Tensor& t) {
-        if (!t.defined()) return call.kept.push_back({t, c10::VariableVersion(), 0, true});
-        const auto& counter = t.unsafeGetTensorImpl()->version_counter();
-        call.kept.push_back({t.variable_data(), counter, counter.enabled() ? counter.current_version() : 0, false});
-      });
-    }
-    if (facts.random && log.preserve_rng) call.rng_after = RngSnapshot::capture_like(log.rng_like);
-    log.keeping.push_back(log.calls.size());
+  if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
+    keep_results(log, schema, facts, results, argument_tensors, decision, call);
   }
   log.calls.push_back(std::move(call));
+}
+
+// Where a replayed call is, for messages: built only when one is thrown.
+struct ReplayedCall {
+  const OperatorLog::State& log;
+  const Call& call;
+  size_t index;
+};
+
+std::ostream& operator<<(std::ostream& out, const ReplayedCall& at) {
+  return out << at.log.prefix() << "the recompute's call of " << call_text(*at.call.schema) << " (operator call "
+             << at.index << ") ";
 }
 
 void check_reads(const OperatorLog::State& log, const Call& call, size_t index, c10::ArrayRef<c10::IValue> arguments) {
   std::vector<at::Tensor> now;
   for_each_tensor(arguments, [&](const at::Tensor& t) { now.push_back(t); });
   for (const Read& read : call.reads) {
-    const std::string where = log.prefix() + "the recompute's call of " + call_text(*call.schema) + " (operator call " +
-                              std::to_string(index) + ") ";
+    const ReplayedCall where{log, call, index};
     REMAT_CHECK(read.position < now.size(), where, "has fewer tensor arguments than the forward's call.");
     const at::Tensor& t = now[read.position];
     if (t.unsafeGetTensorImpl() == read.tensor.unsafeGetTensorImpl()) {
