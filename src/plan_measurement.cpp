@@ -1,6 +1,7 @@
 #include "remat/plan_measurement.h"
 
 #include <algorithm>
+#include <ctime>
 #include <limits>
 #include <sstream>
 
@@ -69,7 +70,9 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
   // So does a run whose steps are short, after any other run: a plan's first step after another
   // plan's pays for what that one left in the caches (on the 0.13 ms-a-block mixer, a plan
   // checkpointing one block measured +0.52 ms after the plain plan, +0.21 ms after itself; the
-  // other step is 7 ms). In training a plan follows itself.
+  // other step is 7 ms). In training a plan follows itself. Short is judged by the process's CPU
+  // time, not the wall clock: on a loaded machine a 0.2 ms step can wait 50 ms for a core, and a
+  // decision taken from that wait would change how many steps a measurement runs.
   std::vector<bool> short_steps(runs.size(), false);
   for (int round = -1; round < steps; ++round) {  // round -1 warms up (and allocates gradients)
     for (size_t p = 0; p < runs.size(); ++p) {
@@ -81,9 +84,11 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
         return measure_step([&] { return run_plan(chain, runs[p].plan, runs[p].input); }, runs[p].input.device());
       };
       if (round >= 0 && (after_other_shape[p] || (short_steps[p] && runs.size() > 1))) step();
+      const std::clock_t cpu_before = std::clock();
       const auto m = step();
       if (round < 0) {
-        short_steps[p] = m.step_seconds < kShortStepSeconds;
+        const double cpu_seconds = static_cast<double>(std::clock() - cpu_before) / CLOCKS_PER_SEC;
+        short_steps[p] = cpu_seconds < kShortStepSeconds;
         continue;
       }
       seconds[p].push_back(m.step_seconds);
