@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
   if (quick) config = Config{16, 16, 16, 8, 10};
   std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, ReLU) of " << config.channels
             << " channels, " << config.size << "x" << config.size << " images, batch " << config.batch << ", "
-            << remat::set_cpu_threads(2) << "\n";
+            << remat::set_cpu_threads(std::min(2, remat::usable_cpus())) << "\n";
   remat::install_cpu_memory_tracker();
   remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
   torch::manual_seed(1);

@@ -66,7 +66,7 @@ int run(int argc, char** argv) {
   }
   std::cout << "remat_plan_mixer: " << config.blocks << " x MLP-mixer block (" << config.tokens << " tokens, "
             << config.channels << " channels, token MLP x2, channel MLP x4, GELU, dropout 0.1), batch "
-            << config.batch << ", " << remat::set_cpu_threads(2) << "\n";
+            << config.batch << ", " << remat::set_cpu_threads(std::min(2, remat::usable_cpus())) << "\n";
   remat::install_cpu_memory_tracker();
   remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
   torch::manual_seed(1);

@@ -57,7 +57,7 @@ int run(int argc, char** argv) {
   if (quick) config = Config{12, 32, 4, 32, 4};
   std::cout << "remat_plan_transformer: " << config.layers << " x TransformerEncoderLayer(d_model " << config.d_model
             << ", heads " << config.heads << ", feed-forward " << 4 * config.d_model << ", dropout 0.1), sequence "
-            << config.sequence << ", batch " << config.batch << ", " << remat::set_cpu_threads(2) << "\n";
+            << config.sequence << ", batch " << config.batch << ", " << remat::set_cpu_threads(std::min(2, remat::usable_cpus())) << "\n";
   remat::install_cpu_memory_tracker();
   remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
   torch::manual_seed(1);

@@ -28,10 +28,10 @@ struct Simulated {
   double seconds = 0;
 };
 
-int64_t parameter_bytes_between(const CostTable& costs, int64_t first, int64_t last) {
-  int64_t bytes = 0;
-  for (int64_t k = first; k <= last; ++k) bytes += costs.stages[k].parameter_bytes;
-  return bytes;
+// Parameter bytes of stages [first, last] from running sums (prefix[k]: stages before k), so that a
+// segment of n stages is simulated in O(n), not O(n^2).
+int64_t parameter_bytes_between(const std::vector<int64_t>& prefix, int64_t first, int64_t last) {
+  return first > last ? 0 : prefix[static_cast<size_t>(last + 1)] - prefix[static_cast<size_t>(first)];
 }
 
 // The cost of back-propagating items covering stages [s, t], with a(s-1) held outside the count
@@ -43,7 +43,7 @@ int64_t parameter_bytes_between(const CostTable& costs, int64_t first, int64_t l
 // (a plan may have 100,000 items); only nested segments recurse, as deep as the plan nests
 // (Plan::kMaxNesting at most).
 Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_segment, const Plan& plan,
-                         const CostTable& costs) {
+                         const CostTable& costs, const std::vector<int64_t>& parameter_prefix) {
   const auto& stages = costs.stages;
   const int64_t grad_t = stages[t].output_bytes;
   // Non-reentrant segments add each parameter's gradient into .grad as its node finishes.
@@ -64,7 +64,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
       const bool segment_end = in_segment && !has_rest;
       const StageOptionCost& option = c.option(plan.options[first]);
       const StageRunCost& o = segment_end ? option.at_segment_end() : option;
-      const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, first + 1, t) : 0;
+      const int64_t captured = in_segment && captures ? parameter_bytes_between(parameter_prefix, first + 1, t) : 0;
       result.peak = std::max(grad_t + o.kept_bytes + o.forward_extra_bytes,
                              c.output_bytes + o.kept_bytes + c.input_grad_bytes + o.backward_extra_bytes + captured +
                                  (first < t ? held_grad : 0));
@@ -94,8 +94,8 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
     // During its backward a segment holds its saved RNG state and, while recomputing, a copy of
     // the current one (restored afterwards): two states; and, inside an enclosing segment, the
     // gradients that one has captured from the stages after e.
-    const int64_t captured = in_segment && captures ? parameter_bytes_between(costs, e + 1, t) : 0;
-    const Simulated inner = simulate_items(item.segment, e, /*in_segment=*/true, plan, costs);
+    const int64_t captured = in_segment && captures ? parameter_bytes_between(parameter_prefix, e + 1, t) : 0;
+    const Simulated inner = simulate_items(item.segment, e, /*in_segment=*/true, plan, costs, parameter_prefix);
     result.peak = std::max(result.peak, 2 * segment + captured + (e < t ? held_grad : 0) + inner.peak);
     result.seconds += inner.seconds;
     rest = result;
@@ -168,7 +168,9 @@ Prediction simulate(const Plan& plan, const CostTable& costs) {
               " stages but the cost table ", costs.stages.size(), ".");
   plan.check_nesting("simulate");
   const auto n = static_cast<int64_t>(costs.stages.size());
-  const Simulated s = simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs);
+  std::vector<int64_t> parameter_prefix(static_cast<size_t>(n) + 1, 0);
+  for (int64_t k = 0; k < n; ++k) parameter_prefix[k + 1] = parameter_prefix[k] + costs.stages[k].parameter_bytes;
+  const Simulated s = simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs, parameter_prefix);
   Prediction p;
   p.peak_bytes = s.peak;
   p.step_seconds = s.seconds;

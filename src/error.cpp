@@ -39,6 +39,32 @@ std::string FieldError::message_naming(const std::function<std::string(const std
   return render(marked_, name_of);
 }
 
+std::string printable(const std::string& text, size_t max_chars) {
+  std::string out = "'";
+  size_t shown = std::min(text.size(), max_chars);
+  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80) --shown;  // whole UTF-8 characters
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  out += "'";
+  if (shown < text.size()) out += " (and " + std::to_string(text.size() - shown) + " more characters)";
+  return out;
+}
+
 namespace detail {
 
 void throw_error(const char* function, const char* file, uint32_t line, const std::string& message) {

@@ -62,12 +62,18 @@ std::string folder_of(const std::string& path) {
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& text) {
+void write_file_atomically(const std::string& path, const std::string& text, AtPath at_path) {
   static std::atomic<unsigned> counter{0};
   REMAT_CHECK(!path.empty(), "cannot write a file with an empty name.");
   struct stat old{};
   bool exists = false;
-  const std::string target = regular_target(path, old, exists);
+  std::string target = path;
+  if (at_path == AtPath::follow_link) {
+    target = regular_target(path, old, exists);
+  } else if (::lstat(path.c_str(), &old) == 0) {
+    REMAT_CHECK(!S_ISDIR(old.st_mode), "cannot write '", path, "': a folder is in the way; remove it.");
+    exists = S_ISREG(old.st_mode);
+  }
   const std::string temporary = target + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   // O_EXCL: never through something already at the temporary's name (a planted link).
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
@@ -104,6 +110,7 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
   // O_NONBLOCK: opening a FIFO without a writer must not wait; the type is then read off the
   // opened file itself, so it cannot change between the check and the read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REMAT_CHECK(fd >= 0 || errno != ENOENT, what, " '", path, "' does not exist.");
   REMAT_CHECK(fd >= 0, what, " '", path, "' cannot be read (", std::strerror(errno), ").");
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {

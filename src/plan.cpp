@@ -1,6 +1,7 @@
 #include "remat/plan.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <memory>
 #include <sstream>
 
@@ -15,6 +16,12 @@
 namespace remat {
 
 namespace {
+
+std::vector<std::string> chain_names_of(const Chain& chain) {
+  std::vector<std::string> names;
+  for (const auto& s : chain.stages()) names.push_back(s.name);
+  return names;
+}
 
 // For error messages: a file's names may be long or many.
 std::string join_names(const std::vector<std::string>& names) {
@@ -69,24 +76,90 @@ void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_
   }
 }
 
+// Each stage's index by name (the first of repeated names), so that reading a plan is linear in its size.
+using StageIndex = std::unordered_map<std::string, int64_t>;
+
 std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::vector<std::string>& names,
-                                      const std::string& source) {
+                                      const StageIndex& index, const std::string& source) {
   REMAT_CHECK(array.is_array(), source, ": a plan or segment must be a JSON array of stage names and ",
               "{\"checkpoint\": [...]} objects.");
   std::vector<PlanItem> items;
   for (const auto& element : array) {
     if (element.is_string()) {
       const auto name = element.get<std::string>();
-      const auto it = std::find(names.begin(), names.end(), name);
-      REMAT_CHECK(it != names.end(), source, ": unknown stage '", detail::shortened(name), "'; the plan's stages are: ", join_names(names), ".");
-      items.push_back(PlanItem::run(it - names.begin()));
+      const auto it = index.find(name);
+      REMAT_CHECK(it != index.end(), source, ": unknown stage '", detail::shortened(name), "'; the plan's stages are: ", join_names(names), ".");
+      items.push_back(PlanItem::run(it->second));
     } else {
       REMAT_CHECK(element.is_object() && element.size() == 1 && element.contains("checkpoint"), source,
                   ": expected a stage name or {\"checkpoint\": [...]}, found ", detail::describe_json(element), ".");
-      items.push_back(PlanItem::checkpointed(items_from_json(element["checkpoint"], names, source)));
+      items.push_back(PlanItem::checkpointed(items_from_json(element["checkpoint"], names, index, source)));
     }
   }
   return items;
+}
+
+// A SAX pass that builds nothing: it counts the elements of each list in the plan object (stages,
+// options, plan items) and stops at the first beyond `most`, so that a huge file for a small model
+// costs a scan of its start, not a parse of the whole.
+class ListLengthCheck : public nlohmann::json::json_sax_t {
+ public:
+  explicit ListLengthCheck(int64_t most) : most_(most) {}
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    if (!value()) return false;
+    counts_.push_back(-1);  // an object: its members are not counted
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (counts_.size() == 1) key_ = key;
+    return true;
+  }
+  bool end_object() override { return pop(); }
+  bool start_array(std::size_t) override {
+    if (!value()) return false;
+    counts_.push_back(0);
+    return true;
+  }
+  bool end_array() override { return pop(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // the real parse says what is wrong
+  }
+  bool too_long() const { return too_long_; }
+  const std::string& list() const { return list_; }
+
+ private:
+  // Counts a value in the enclosing list; false (stop) once a list of the plan object is too long.
+  bool value() {
+    if (counts_.size() == 2 && counts_.back() >= 0 && ++counts_.back() > most_) {
+      too_long_ = true;
+      list_ = key_;
+      return false;
+    }
+    return true;
+  }
+  bool pop() {
+    if (!counts_.empty()) counts_.pop_back();
+    return true;
+  }
+  int64_t most_;
+  std::vector<int64_t> counts_;
+  std::string key_, list_;
+  bool too_long_ = false;
+};
+
+void refuse_longer_lists(const std::string& text, const std::string& source, int64_t most) {
+  ListLengthCheck check(most);
+  nlohmann::json::sax_parse(text, &check, nlohmann::json::input_format_t::json, /*strict=*/false);
+  REMAT_CHECK(!check.too_long(), source, ": field '", detail::shortened(check.list()), "' lists more than ", most,
+              " entries, but this model's chains have at most ", most, " stages: the plan was made for another model. ",
+              "Make the plan for this model (remat plan --save-plan).");
 }
 
 void collect_depths(const std::vector<PlanItem>& items, int64_t depth, std::vector<int64_t>& out) {
@@ -176,12 +249,13 @@ std::string Plan::to_json() const {
   return j.dump(2);
 }
 
-Plan Plan::from_json(const std::string& text, const std::string& source) {
+Plan Plan::from_json(const std::string& text, const std::string& source, int64_t max_stages) {
+  if (max_stages >= 0) refuse_longer_lists(text, source, max_stages);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected a plan written by Plan::to_json.");
+    REMAT_CHECK(false, source, ": not valid JSON (", detail::describe_parse_error(e), "). Expected a plan written by Plan::to_json.");
   }
   REMAT_CHECK(!detail::json_deeper_than(j, 2 * kMaxNesting + 2), source, ": the JSON nests deeper than any plan can (",
               kMaxNesting, " checkpoint levels at most). Expected a plan written by Plan::to_json.");
@@ -233,7 +307,10 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
   REMAT_CHECK(!detail::json_deeper_than(j["plan"], 2 * most + 1), source, ": field 'plan' nests checkpoints more than ", most,
               " levels deep; a plan of ", plan.stage_names.size(), " stages can use at most ", most,
               " (one stage per level; remat accepts at most ", kMaxNesting, ").");
-  plan.items = items_from_json(j["plan"], plan.stage_names, source);
+  StageIndex index;
+  index.reserve(plan.stage_names.size());
+  for (size_t i = 0; i < plan.stage_names.size(); ++i) index.emplace(plan.stage_names[i], static_cast<int64_t>(i));
+  plan.items = items_from_json(j["plan"], plan.stage_names, index, source);
   int64_t next = 0;
   check_coverage(plan.items, plan, next, source);
   REMAT_CHECK(next == static_cast<int64_t>(plan.stage_names.size()), source, ": the plan stops at stage '",
@@ -242,9 +319,10 @@ Plan Plan::from_json(const std::string& text, const std::string& source) {
 }
 
 void Plan::validate_against(const Chain& chain) const {
-  std::vector<std::string> chain_names;
-  for (const auto& s : chain.stages()) chain_names.push_back(s.name);
-  REMAT_CHECK(granularity == chain.granularity() && stage_names == chain_names, "the plan was made for a chain of ",
+  // The count before any name: a plan file of a million names for a chain of six is refused at once.
+  const bool same_count = static_cast<int64_t>(stage_names.size()) == chain.size();
+  const std::vector<std::string> chain_names = chain_names_of(chain);
+  REMAT_CHECK(same_count && granularity == chain.granularity() && stage_names == chain_names, "the plan was made for a chain of ",
               stage_names.size(), " stages at granularity '", detail::shortened(granularity), "' (", join_names(stage_names),
               ") but this model's chain has ", chain_names.size(), " stages at granularity '", chain.granularity(),
               "' (", join_names(chain_names), "). Make the plan for this chain: the same stages at the same ",

@@ -20,8 +20,8 @@ PlanRequest PlanRequest::of_plan(Plan plan, std::string source) {
   return request;
 }
 
-PlanRequest PlanRequest::of_plan_file(const std::string& path) {
-  return of_plan(Plan::from_json(read_regular_file(path, "plan file"), path), path);
+PlanRequest PlanRequest::of_plan_file(const std::string& path, int64_t max_stages) {
+  return of_plan(Plan::from_json(read_regular_file(path, "plan file"), path, max_stages), path);
 }
 
 PlanRequest PlanRequest::of_budget(Budget budget) {

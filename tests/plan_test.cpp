@@ -1,4 +1,7 @@
 // Plans: what each policy builds, the compact form, JSON round trips and validation errors.
+#include <chrono>
+#include <iostream>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -222,6 +225,51 @@ TEST(Plan, AHundredThousandStagePlanSimulatesWithoutDeepRecursion) {
   EXPECT_NEAR(p.step_seconds, n * 3e-3 + (n / 2) * 1e-3, 1e-6 * n);
   EXPECT_EQ(p.recomputed_stages, n / 2);
   EXPECT_GT(p.peak_bytes, n / 2) << "the unchecked half's kept bytes are all held at the peak";
+}
+
+// One segment of 100,000 stages, reentrant: each recomputed stage holds the parameter gradients
+// of the stages after it until the segment's backward returns (summed once, not per stage: the
+// simulation is linear in the segment's length; it was quadratic, 15 s at this size).
+TEST(Plan, AHundredThousandStageSegmentSimulatesInLinearTime) {
+  const int n = 100000;
+  Plan plan;
+  plan.granularity = "stages";
+  remat::CostTable costs;
+  std::vector<remat::PlanItem> segment;
+  for (int i = 0; i < n; ++i) {
+    plan.stage_names.push_back("s" + std::to_string(i));
+    plan.options.push_back("full");
+    segment.push_back(remat::PlanItem::run(i));
+    remat::StageCost stage;
+    stage.name = plan.stage_names.back();
+    stage.parameter_bytes = 10;
+    remat::StageOptionCost option;
+    option.option = "full";
+    option.kept_bytes = 1;
+    option.forward_seconds = 1e-3;
+    option.backward_seconds = 2e-3;
+    stage.options.push_back(option);
+    costs.stages.push_back(stage);
+  }
+  plan.items.push_back(remat::PlanItem::checkpointed(std::move(segment)));
+  const auto started = std::chrono::steady_clock::now();
+  const remat::Prediction p = remat::simulate(plan, costs);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::cout << "one segment of " << n << " stages simulated in " << seconds << " s\n";
+  EXPECT_EQ(p.recomputed_stages, n);
+  // At the first stage's backward: the n-1 later stages' gradients (10 bytes each) captured, and
+  // the first stage's own kept byte.
+  EXPECT_GE(p.peak_bytes, int64_t{10} * (n - 1) + 1);
+  EXPECT_NEAR(p.step_seconds, n * 3e-3, 1e-6 * n);
+}
+
+TEST(Plan, AFileListingMoreStagesThanTheModelHasIsRefusedWhileRead) {
+  const Plan plan = Plan::from_json(kValidPlan, "plan.json", 4);  // exactly as many: accepted
+  EXPECT_EQ(plan.stage_names.size(), 4u);
+  REMAT_EXPECT_ERROR(Plan::from_json(kValidPlan, "plan.json", 3),
+                     "plan.json: field 'stages' lists more than 3 entries, but this model's chains have at most 3 stages");
+  // A malformed file is still reported by the full parse, in its words.
+  REMAT_EXPECT_ERROR(Plan::from_json("{\"stages\": [1, 2", "plan.json", 3), "plan.json: not valid JSON");
 }
 
 TEST(Plan, APlanForAnotherChainIsRefused) {

@@ -1,10 +1,12 @@
 // Training the GPT: every policy trains exactly like `none`, resume equals a straight run, and bad
 // input (flags, data, plans, saved state) is a clear error that leaves saved state untouched.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -438,6 +440,86 @@ TEST(StateDir, DeletingTheChecksumKeyDoesNotTurnVerificationOff) {
   meta["step"] = 300;
   write_file(state / "meta.json", meta.dump(2));
   REMAT_EXPECT_ERROR(remat::train::load_state_dir(dir.path()), "meta.json' has no checksum (meta_fnv1a64)");
+}
+
+// Saved state behind links and special files: `latest` is replaced as a name (a planted link is
+// replaced, never written through), and every file of a state is read without blocking, checked
+// to be a regular file of a bounded size on the opened descriptor, and said missing when it is.
+TEST(StateDir, ALinkPlantedAsLatestIsReplacedNotWrittenThrough) {
+  TempDir dir;
+  const fs::path victim = dir.path() / "victim.txt";
+  write_file(victim, "precious");
+  const fs::path state_dir = dir.path() / "state";
+  fs::create_directories(state_dir);
+  fs::create_symlink("../victim.txt", state_dir / "latest");
+  remat::train::save_state_dir(state_dir, 2, {{"step", 2}}, [](const fs::path& into) { write_file(into / "a.bin", "x"); });
+  EXPECT_EQ(read_file(victim), "precious") << "the file the link named is untouched";
+  EXPECT_FALSE(fs::is_symlink(state_dir / "latest")) << "the link itself was replaced by the new 'latest'";
+  EXPECT_EQ(read_file(state_dir / "latest"), "step-000002\n");
+  EXPECT_EQ(remat::train::load_state_dir(state_dir).second["step"], 2);
+}
+
+TEST(StateDir, SpecialFilesInAStateAreRefusedWithoutBlocking) {
+  TempDir dir;
+  const auto save = [&] {
+    fs::remove_all(dir.path() / "s");
+    return remat::train::save_state_dir(dir.path() / "s", 1, {{"step", 1}},
+                                        [](const fs::path& into) { write_file(into / "model.pt", "weights"); });
+  };
+  const auto load = [&] { return error_of([&] { remat::train::load_state_dir(dir.path() / "s"); }); };
+  const auto started = std::chrono::steady_clock::now();
+  fs::path state = save();
+  // A FIFO as `latest`: a plain open would wait for a writer forever.
+  fs::remove(dir.path() / "s" / "latest");
+  ASSERT_EQ(::mkfifo((dir.path() / "s" / "latest").c_str(), 0600), 0);
+  EXPECT_NE(load().find("the state's 'latest' file '" + (dir.path() / "s" / "latest").string() + "' is a FIFO"), std::string::npos)
+      << load();
+  // A FIFO or a folder where a state file was.
+  state = save();
+  fs::remove(state / "model.pt");
+  ASSERT_EQ(::mkfifo((state / "model.pt").c_str(), 0600), 0);
+  EXPECT_NE(load().find("model.pt' is not a regular file (a FIFO)"), std::string::npos) << load();
+  state = save();
+  fs::remove(state / "model.pt");
+  fs::create_directory(state / "model.pt");
+  EXPECT_NE(load().find("model.pt' is not a regular file (a folder)"), std::string::npos) << load();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10)) << "nothing waited on a FIFO";
+  // Missing files are missing, not "invalid JSON".
+  state = save();
+  fs::remove(state / "model.pt");
+  EXPECT_NE(load().find("state file '" + (state / "model.pt").string() + "' is missing."), std::string::npos) << load();
+  state = save();
+  fs::remove(state / "meta.json");
+  EXPECT_NE(load().find("meta.json' is missing; the state is corrupt."), std::string::npos) << load();
+  // meta.json padded with NULs to 70 MB: refused by its size before it is read.
+  state = save();
+  { std::ofstream(state / "meta.json", std::ios::app) << std::string(70u << 20, '\0'); }
+  EXPECT_NE(load().find("holds 73400"), std::string::npos) << load();
+  EXPECT_NE(load().find("more than the 16777216"), std::string::npos) << load();
+  // A few NULs (which the JSON parser would stop at), then text that is not JSON: both in remat's
+  // words, no nlohmann exception text.
+  state = save();
+  { std::ofstream(state / "meta.json", std::ios::app) << std::string(8, '\0'); }
+  EXPECT_NE(load().find("meta.json' holds a NUL byte at byte "), std::string::npos) << load();
+  write_file(state / "meta.json", "{\"files\": [1, 2,");
+  EXPECT_NE(load().find("is not valid JSON (it stops making sense at byte"), std::string::npos) << load();
+  EXPECT_EQ(load().find("json.exception"), std::string::npos) << load();
+}
+
+TEST(StateDir, LatestMustNameOneStateFolderAndIsQuotedPrintably) {
+  TempDir dir;
+  remat::train::save_state_dir(dir.path(), 1, {{"step", 1}}, [](const fs::path& into) { write_file(into / "a.bin", "x"); });
+  const auto load = [&] { return error_of([&] { remat::train::load_state_dir(dir.path()); }); };
+  write_file(dir.path() / "latest", "step-000001\r\n");
+  EXPECT_NE(load().find("but holds 'step-000001\\r'"), std::string::npos) << load();
+  write_file(dir.path() / "latest", "../../etc\n");
+  EXPECT_NE(load().find("should name one state folder (like step-000040) but holds '../../etc'"), std::string::npos) << load();
+  write_file(dir.path() / "latest", "\x1b[31mred\n");
+  EXPECT_NE(load().find("holds '\\x1b[31mred'"), std::string::npos) << load();
+  write_file(dir.path() / "latest", std::string(5000, 'a'));
+  EXPECT_NE(load().find("holds 5000 bytes, more than the 4096"), std::string::npos) << load();
+  write_file(dir.path() / "latest", "step-000001\n");
+  EXPECT_EQ(remat::train::load_state_dir(dir.path()).second["step"], 1);
 }
 
 TEST(Train, AResumedRunMustTrainOnTheSameCorpus) {

@@ -43,6 +43,12 @@ class FieldError : public c10::Error {
   std::vector<std::string> fields_;
 };
 
+/// `text` as an error message may quote it: in single quotes, control characters escaped (an ANSI
+/// escape becomes \x1b, a CR \r), at most `max_chars` characters of it and then how many more there
+/// were. For values a user or a file supplied: a 100 kB argument or a terminal escape in a stage
+/// name must not reach the terminal as it is.
+std::string printable(const std::string& text, size_t max_chars = 100);
+
 namespace detail {
 /// Throws FieldError when `message` names a field, c10::Error otherwise.
 [[noreturn]] void throw_error(const char* function, const char* file, uint32_t line, const std::string& message);

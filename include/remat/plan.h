@@ -52,8 +52,10 @@ struct Plan {
   /// The compact form (see the top of this header).
   std::string to_string() const;
   std::string to_json() const;
-  /// Parses and checks a plan's JSON; `source` names it in errors (a file name).
-  static Plan from_json(const std::string& text, const std::string& source = "plan");
+  /// Parses and checks a plan's JSON; `source` names it in errors (a file name). With
+  /// `max_stages` (the most stages the model's chains have), a file listing more is refused while
+  /// it is read, before anything is built per stage: a million names for a model of six, at once.
+  static Plan from_json(const std::string& text, const std::string& source = "plan", int64_t max_stages = -1);
 
   /// Throws a clear error unless the plan is well formed and made for `chain`.
   void validate_against(const Chain& chain) const;

@@ -33,8 +33,9 @@ class PlanRequest {
   static PlanRequest of_policy(std::string policy);
   /// A plan already made (Plan::from_json of a saved one); `source` names it in reports.
   static PlanRequest of_plan(Plan plan, std::string source);
-  /// A plan saved with Plan::to_json, read and parsed now (a clear error naming the file if it is not one).
-  static PlanRequest of_plan_file(const std::string& path);
+  /// A plan saved with Plan::to_json, read and parsed now (a clear error naming the file if it is
+  /// not one); `max_stages` as in Plan::from_json (-1: no bound).
+  static PlanRequest of_plan_file(const std::string& path, int64_t max_stages = -1);
   /// The optimal plan for `budget` (planner.h).
   static PlanRequest of_budget(Budget budget);
 

@@ -1,6 +1,7 @@
 #include "detail/json_fields.h"
 
 #include <cmath>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -8,13 +9,25 @@
 
 namespace remat::detail {
 
+std::string describe_parse_error(const nlohmann::json::exception& error) {
+  std::string text = error.what();
+  // "[json.exception.parse_error.101] parse error at line 1, column 5: syntax error while parsing value - ..."
+  const size_t id_end = text.find("] ");
+  if (text.rfind("[json.exception.", 0) == 0 && id_end != std::string::npos) text = text.substr(id_end + 2);
+  for (const char* noise : {"parse error ", "syntax error while parsing value - "}) {
+    const size_t at = text.find(noise);
+    if (at != std::string::npos) text.erase(at, std::strlen(noise));
+  }
+  return text.size() > 200 ? text.substr(0, 200) + "..." : text;
+}
+
 nlohmann::json parse_json_document(const std::string& text, const std::string& source, int64_t max_depth,
                                    const std::string& expected) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source, ": not valid JSON (", e.what(), "). Expected ", expected, ".");
+    REMAT_CHECK(false, source, ": not valid JSON (", describe_parse_error(e), "). Expected ", expected, ".");
   }
   REMAT_CHECK(!json_deeper_than(j, max_depth), source, ": the JSON nests deeper than ", max_depth,
               " levels, more than any such file can. Expected ", expected, ".");

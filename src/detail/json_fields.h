@@ -23,6 +23,10 @@ nlohmann::json parse_json_document(const std::string& text, const std::string& s
 /// True when some value of `root` lies deeper than `limit` (an iterative walk).
 bool json_deeper_than(const nlohmann::json& root, int64_t limit);
 
+/// A JSON syntax error in remat's words: where and what ("at line 1, column 5: unexpected end of
+/// input; ..."), without nlohmann's exception id.
+std::string describe_parse_error(const nlohmann::json::exception& error);
+
 /// A value for an error message: short, and without serialising a deep value recursively.
 std::string describe_json(const nlohmann::json& value);
 

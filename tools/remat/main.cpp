@@ -1,4 +1,6 @@
 // The `remat` command-line program: one subcommand per job.
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <iostream>
@@ -7,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 
 #include "commands.h"
 #include "invocation.h"
@@ -33,10 +36,41 @@ std::string flag_of(const std::string& field) {
   return it == flags.end() ? field : it->second;
 }
 
+// What an error shows on the terminal: control characters escaped (a terminal escape in a stage
+// name or a value must not reach the terminal), line breaks kept, and any run of more than 120
+// characters without a blank (a 100 kB argument a message quotes) cut to its first 100.
+std::string for_terminal(const std::string& message) {
+  constexpr size_t kLongest = 120, kShown = 100;
+  std::string out;
+  size_t i = 0;
+  while (i < message.size()) {
+    size_t end = i;
+    while (end < message.size() && message[end] != ' ' && message[end] != '\n') ++end;
+    size_t shown = end - i <= kLongest ? end - i : kShown;
+    while (shown < end - i && (static_cast<unsigned char>(message[i + shown]) & 0xC0) == 0x80) --shown;
+    for (size_t k = i; k < i + shown; ++k) {
+      const auto c = static_cast<unsigned char>(message[k]);
+      if (c < 0x20 || c == 0x7f) {
+        static const char* hex = "0123456789abcdef";
+        out += c == '\r' ? std::string("\\r") : c == '\t' ? std::string("\\t") : std::string("\\x") + hex[c >> 4] + hex[c & 15];
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+    if (shown < end - i) out += "... (" + std::to_string(end - i - shown) + " more characters)";
+    if (end < message.size()) out += message[end];
+    i = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   remat::keep_freed_memory_in_process();
+  // c10d logs its retries and bind failures as warnings, dozens of lines before the error that
+  // says what went wrong; errors only, unless the user asks LibTorch for more.
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 2);
   remat::cli::record_invocation(argc, argv);
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);
@@ -57,23 +91,24 @@ int main(int argc, char** argv) {
     known = known || sub->get_name() == argv[1];
   }
   if (!known) {
-    const std::string given = std::strlen(argv[1]) > 40 ? std::string(argv[1], 37) + "..." : argv[1];
-    std::cerr << "error: unknown subcommand '" << given << "'; the subcommands are " << names
+    std::cerr << "error: unknown subcommand " << remat::printable(argv[1], 40) << "; the subcommands are " << names
               << " (remat SUBCOMMAND --help for each).\n";
     return 1;
   }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help: CLI11 prints it
+    std::cerr << for_terminal(e.what()) << "\nRun with --help for more information.\n";
+    return e.get_exit_code();
   } catch (const remat::FieldError& e) {
-    std::cerr << "error: " << e.message_naming(flag_of) << "\n";
+    std::cerr << "error: " << for_terminal(e.message_naming(flag_of)) << "\n";
     return 1;
   } catch (const c10::Error& e) {
-    std::cerr << "error: " << e.what_without_backtrace() << "\n";
+    std::cerr << "error: " << for_terminal(e.what_without_backtrace()) << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << for_terminal(e.what()) << "\n";
     return 1;
   }
   return 0;

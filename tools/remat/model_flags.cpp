@@ -1,5 +1,8 @@
 #include "model_flags.h"
 
+#include <cerrno>
+#include <cstdlib>
+
 #include <set>
 
 #include "remat/error.h"
@@ -34,17 +37,35 @@ void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string
       ->capture_default_str()->group("Machine");
   command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& text) {  // an unsigned flag would take -1 as 2^64-1
-            return text.find('-') != std::string::npos ? "a seed is a whole number from 0, got " + text : std::string();
-          },
-          "SEED"))
+      ->check(whole_number_from(0, ~0ULL).description("SEED"))
       ->group("Machine");
   if (use == ModelUse::run) {
     command.add_option("--data", options.data_file,
                        data_help.empty() ? "Text file to take batches from, instead of the fortunes corpus" : data_help)
         ->group("Model");
   }
+}
+
+CLI::Validator whole_number_from(long long least, unsigned long long most) {
+  constexpr unsigned long long kInt64Max = 9223372036854775807ULL;
+  const std::string words = "a whole number from " + std::to_string(least) +
+                            (most == kInt64Max ? std::string() : " to " + std::to_string(most));
+  return CLI::Validator(
+      [least, most, words](std::string& text) -> std::string {
+        const std::string got = ", got " + remat::printable(text, 40);
+        const bool negative = !text.empty() && text[0] == '-';
+        const std::string digits = negative ? text.substr(1) : text;
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return words + got;
+        errno = 0;
+        if (negative) {
+          const long long value = std::strtoll(text.c_str(), nullptr, 10);
+          return errno == ERANGE || value < least ? words + got : std::string();
+        }
+        const unsigned long long value = std::strtoull(text.c_str(), nullptr, 10);
+        const bool below = least > 0 && value < static_cast<unsigned long long>(least);
+        return errno == ERANGE || value > most || below ? words + got : std::string();
+      },
+      "INT");
 }
 
 void ModelFlags::refuse_together(const char* first, const char* second) const {

@@ -49,6 +49,11 @@ CLI::Option* add_checkpoint_mode_option(CLI::App& command, CheckpointMode& mode,
 CLI::Option* add_checkpoint_mode_option(CLI::App& command, std::vector<CheckpointMode>& modes, const std::string& help);
 
 /// `--measure-steps N`: measured interleaved rounds, each strategy one step per round.
+/// A whole number from `least` to `most`, said in words ("a whole number from 0"; `most` named
+/// unless it is int64's largest): CLI11's NonNegativeNumber prints its range as a 309-digit
+/// double, and an unsigned flag silently clamps 2^64 to 2^64-1. Out of range is refused.
+CLI::Validator whole_number_from(long long least, unsigned long long most = 9223372036854775807ULL);
+
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help);
 
 /// `--json`: stdout holds exactly one JSON document; everything else goes to stderr.

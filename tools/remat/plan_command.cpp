@@ -437,6 +437,8 @@ void add_plan_command(CLI::App& app) {
     REMAT_CHECK(flags->plot_dir.empty() || !flags->maximize.empty(), "--plot draws the throughput frontier: give it with ",
                 "--maximize throughput (`remat bench --plot` draws the memory-time plots).");
     if (flags->budgets.empty()) {
+      REMAT_CHECK(flags->profile_file.empty(), "--profile has no effect with --policy: a policy's plan needs no profile ",
+                  "(the planner plans from one for --budget). Drop --profile, or give --budget.");
       run_policy_plan(*flags);
     } else if (!flags->maximize.empty()) {
       run_throughput_plan(*flags);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <optional>
 
 #include "remat/error.h"
 #include "remat/memory.h"
@@ -12,6 +13,11 @@
 
 namespace remat::cli {
 namespace {
+
+std::string strip_prefix(const std::string& message) {
+  const std::string prefix = "remat: ";
+  return message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message;
+}
 
 // One step of `plan` recorded at every allocation and free; the model's gradients must already
 // exist (a warm-up step) so the timeline shows a steady-state step.
@@ -77,7 +83,16 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
       s.planner = true;
       s.budget_text = text;
       const PlanRequest request = PlanRequest::of_budget(Budget::parse(text)).mode(mode).memory_slots(slots);
-      const PlanResult choice = *models::gpt_choose_plan(request, layers, [costs] { return *costs; }).planned;
+      std::optional<PlanResult> planned;
+      try {
+        planned = models::gpt_choose_plan(request, layers, [costs] { return *costs; }).planned;
+      } catch (const c10::Error& e) {
+        // The default budgets suit the reference model; on another the planner may find one
+        // infeasible: say which flag sets them.
+        REMAT_CHECK(false, "--budget ", text, ": ", strip_prefix(e.what_without_backtrace()),
+                    " The budgets planned for come from --budget (several: comma-separated; '' for none).");
+      }
+      const PlanResult& choice = *planned;
       s.budget_bytes = choice.budget_bytes;
       s.plan = choice.plan;
       s.prediction = choice.prediction;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "remat/error.h"
 #include "remat/memory.h"
 #include "remat/memory_timeline.h"
 #include "strategies.h"
@@ -18,6 +19,8 @@ namespace {
 
 void run_trace(StrategyFlags& flags) {
   const auto [out, policies, budgets] = check_strategy_flags(flags);
+  REMAT_CHECK(!budgets.empty() || flags.profile_file.empty(), "--profile has no effect without --budget: `remat trace` ",
+              "plans from a profile only for the budgets' optimal plans. Drop --profile, or give --budget.");
   const auto& options = flags.model.options;
   std::ostream& human = human_output(flags.json);
   std::optional<ModelCosts> costs;

@@ -3,6 +3,7 @@
 #include "commands.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -85,7 +86,16 @@ void apply_train_flags(TrainFlags& flags) {
 
 // Returns true when this process was the launcher rather than a rank: then the run is over.
 bool launch_local_ranks(const TrainFlags& flags) {
-  if (flags.nproc <= 1 || distributed::launched_by_environment()) return false;
+  if (flags.nproc <= 1) return false;
+  if (distributed::launched_by_environment()) {
+    // A rank this command launched sees its own --nproc as WORLD_SIZE; anything else means the
+    // environment (torchrun, a stale export) already made this process one rank of another group.
+    const std::string world = std::getenv("WORLD_SIZE");
+    REMAT_CHECK(world == std::to_string(flags.nproc), "--nproc ", flags.nproc, " was given, but WORLD_SIZE=",
+                remat::printable(world, 20), " is set: this process is already one rank of a launched group, and --nproc ",
+                "would have no effect. Unset WORLD_SIZE and RANK to start ", flags.nproc, " ranks here, or drop --nproc.");
+    return false;
+  }
   // This process launches the ranks (each this same command line) and waits for them.
   std::vector<std::string> argv = {"/proc/self/exe"};
   for (const auto& a : invocation_arguments()) argv.push_back(a);
@@ -290,14 +300,14 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--micro-batch", o.micro_batch,
                   "Sequences per forward and backward: --batch runs as equal micro-batches whose gradients accumulate "
                   "(0: the whole batch at once)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber)->group("Training");
+      ->capture_default_str()->check(whole_number_from(0))->group("Training");
   cmd->add_option("--maximize", flags->maximize,
                   "With --budget: choose the micro-batch with the plan, for the most tokens per second under the budget")
       ->check(CLI::IsMember({"throughput"}))->group("Planning");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");
   add_old_spelling(*cmd, "--save", "--save-state", o.save_dir);
   cmd->add_option("--save-every", o.save_every, "Also save every this many global steps (0: only at the end); needs --save-state")
-      ->capture_default_str()->check(CLI::NonNegativeNumber)->group("State");
+      ->capture_default_str()->check(whole_number_from(0))->group("State");
   cmd->add_option("--keep-last", o.keep_last, "Saved states to keep in --save-state's folder, the newest")
       ->capture_default_str()->check(CLI::Range(1, 1000000))->group("State");
   cmd->add_option("--resume", o.resume_dir, "Continue from the newest state saved in this folder")->group("State");

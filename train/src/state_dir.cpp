@@ -11,7 +11,11 @@
 #include <csignal>
 #include <cstdlib>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include "remat/error.h"
 #include "remat/internal/files.h"
@@ -21,6 +25,24 @@ namespace remat::train {
 namespace fs = std::filesystem;
 
 namespace {
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
+
+// One plain name inside the state folder: no separator, no '.' or '..', nothing unprintable.
+bool plain_component(const std::string& name) {
+  if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
+  return std::none_of(name.begin(), name.end(), [](char c) {
+    return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+}
 
 // FNV-1a, 64 bits: a checksum that catches flipped bits and truncation (not tampering).
 struct Fnv1a64 {
@@ -38,13 +60,46 @@ struct Fnv1a64 {
   }
 };
 
-std::string fnv1a64(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  REMAT_CHECK(in.good(), "cannot read '", path.string(), "'.");
+// Size and checksum of a file of a state, read through one descriptor opened without blocking (a
+// FIFO planted there would wait for a writer forever) and checked to be a regular file on the
+// descriptor itself. A missing file is said to be missing.
+struct FileDigest {
+  uint64_t bytes = 0;
+  std::string fnv1a64;
+};
+
+FileDigest digest_of_state_file(const fs::path& path, const std::string& what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    const int saved = errno;
+    REMAT_CHECK(saved != ENOENT, what, " '", path.string(), "' is missing.");
+    REMAT_CHECK(saved != ELOOP, what, " '", path.string(), "' is a symbolic link; a saved state holds regular files only.");
+    REMAT_CHECK(false, what, " '", path.string(), "' cannot be read (", std::strerror(saved), ").");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    REMAT_CHECK(false, what, " '", path.string(), "' is not a regular file (", file_kind(st.st_mode),
+                "); a saved state holds regular files only.");
+  }
+  FileDigest digest;
+  digest.bytes = static_cast<uint64_t>(st.st_size);
   Fnv1a64 fnv;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) fnv.add(buffer, static_cast<size_t>(in.gcount()));
-  return fnv.hex();
+  std::vector<char> buffer(1 << 16);
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int saved = errno;
+      ::close(fd);
+      REMAT_CHECK(false, what, " '", path.string(), "' cannot be read (", std::strerror(saved), ").");
+    }
+    if (n == 0) break;
+    fnv.add(buffer.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  digest.fnv1a64 = fnv.hex();
+  return digest;
 }
 
 // meta.json's own checksum, over its compact form without the checksum field.
@@ -57,10 +112,6 @@ std::string meta_checksum(nlohmann::json meta) {
   return fnv.hex();
 }
 
-// At most `limit` characters of `text`, for error messages about files that may be large.
-std::string excerpt(const std::string& text, size_t limit = 120) {
-  return text.size() <= limit ? text : text.substr(0, limit) + "...";
-}
 
 }  // namespace
 
@@ -138,15 +189,18 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
   const fs::path temporary = dir / (".tmp-" + step_name(step) + "-" + std::to_string(::getpid()));
   fs::remove_all(temporary, error);
   file_operation();
-  fs::create_directory(temporary);
+  fs::create_directory(temporary, error);
+  REMAT_CHECK(!error && fs::is_directory(fs::symlink_status(temporary, error)), "cannot create a folder in the state directory '",
+              dir.string(), "' (", error ? error.message() : std::string("something is in the way"), ").");
   try {
     file_operation();
     write_files(temporary);
     nlohmann::json files = nlohmann::json::object();
-    for (const auto& entry : fs::directory_iterator(temporary)) {
+    for (const auto& entry : fs::directory_iterator(temporary, error)) {
       file_operation();
       sync_to_disk(entry.path());
-      files[entry.path().filename().string()] = {{"bytes", fs::file_size(entry.path())}, {"fnv1a64", fnv1a64(entry.path())}};
+      const FileDigest digest = digest_of_state_file(entry.path(), "the state file just written");
+      files[entry.path().filename().string()] = {{"bytes", digest.bytes}, {"fnv1a64", digest.fnv1a64}};
     }
     meta["files"] = files;
     meta[kMetaChecksum] = meta_checksum(meta);
@@ -162,17 +216,20 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
   // complete state (the old one until the rename of `latest`, the new one after).
   const std::string name = unused_state_name(dir, step);
   file_operation();
-  fs::rename(temporary, dir / name);
+  fs::rename(temporary, dir / name, error);
+  REMAT_CHECK(!error, "cannot move the saved state into place in '", dir.string(), "' (", error.message(),
+              "); the previous state is untouched.");
   file_operation();
   sync_to_disk(dir);
   file_operation();
-  write_file_atomically((dir / "latest").string(), name + "\n");
+  // As a name: a link planted at `latest` is replaced, never written through.
+  write_file_atomically((dir / "latest").string(), name + "\n", AtPath::replace_name);
   file_operation();
   sync_to_disk(dir);
   // Only now are older states garbage: all but the newest `keep_last` up to this one (an earlier
   // save of this step included). States of later steps (a run this one resumed before) stay.
   std::vector<std::string> older;
-  for (const auto& entry : fs::directory_iterator(dir)) {
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
     const std::string other = entry.path().filename().string();
     if (other.rfind("step-", 0) == 0 && other < name) older.push_back(other);  // zero-padded: names sort by step
   }
@@ -186,43 +243,56 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
 }
 
 std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
+  const std::string where = c10::str(field("TrainOptions::resume_dir"));
   std::error_code error;
-  REMAT_CHECK(fs::is_directory(dir, error), field("TrainOptions::resume_dir"), ": '", dir.string(), "' is not a directory of saved state; pass the ",
+  REMAT_CHECK(fs::is_directory(dir, error), where, ": '", dir.string(), "' is not a directory of saved state; pass the ",
               "directory a state was saved to.");
   const fs::path latest = dir / "latest";
-  REMAT_CHECK(fs::exists(latest, error), field("TrainOptions::resume_dir"), ": '", dir.string(), "' holds no saved state (no 'latest' file).");
-  std::string name;
-  {
-    std::ifstream in(latest);
-    std::getline(in, name);
-  }
+  REMAT_CHECK(fs::exists(fs::symlink_status(latest, error)), where, ": '", dir.string(), "' holds no saved state (no 'latest' file).");
+  // `latest` holds one name and a newline: a few hundred bytes at most, whatever is planted there.
+  std::string name = read_regular_file(latest.string(), where + ": the state's 'latest' file", 4096);
+  if (!name.empty() && name.back() == '\n') name.pop_back();
+  REMAT_CHECK(plain_component(name), where, ": '", latest.string(), "' should name one state folder (like step-000040) but holds ",
+              printable(name, 60), "; the state is corrupt. Resume from another copy.");
   const fs::path state = dir / name;
-  REMAT_CHECK(!name.empty() && name.find('/') == std::string::npos && fs::is_directory(state, error), field("TrainOptions::resume_dir"), ": '",
-              latest.string(), "' names '", name, "', which is not a state directory; the state is corrupt.");
+  REMAT_CHECK(fs::is_directory(fs::symlink_status(state, error)), where, ": '", latest.string(), "' names '", name,
+              "', which is not a state folder in '", dir.string(), "'; the state is corrupt.");
   nlohmann::json meta;
   const std::string meta_path = (state / "meta.json").string();
-  try {
-    std::ifstream in(meta_path);
-    meta = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, field("TrainOptions::resume_dir"), ": '", meta_path, "' is not valid JSON (", excerpt(e.what()), "); the state is corrupt.");
+  {
+    REMAT_CHECK(fs::exists(fs::symlink_status(meta_path, error)), where, ": '", meta_path, "' is missing; the state is corrupt.");
+    // A state's meta.json lists a handful of files: 16 MiB is far beyond any real one.
+    const std::string text = read_regular_file(meta_path, where + ": the state's meta.json", int64_t{16} << 20);
+    // The JSON parser stops at a NUL and would accept what precedes it: a padded file is corrupt.
+    const size_t nul = text.find('\0');
+    REMAT_CHECK(nul == std::string::npos, where, ": '", meta_path, "' holds a NUL byte at byte ", nul,
+                ": it is not the text remat wrote; the state is corrupt.");
+    try {
+      meta = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      REMAT_CHECK(false, where, ": '", meta_path, "' is not valid JSON (it stops making sense at byte ", e.byte,
+                  "); the state is corrupt.");
+    }
   }
-  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), field("TrainOptions::resume_dir"), ": '", meta_path,
+  REMAT_CHECK(meta.is_object() && meta.contains("files") && meta["files"].is_object(), where, ": '", meta_path,
               "' lists no files; the state is corrupt.");
   // Required: were a state without one accepted, deleting the key would turn the check off.
-  REMAT_CHECK(meta.contains(kMetaChecksum), field("TrainOptions::resume_dir"), ": '", meta_path, "' has no checksum (", kMetaChecksum,
+  REMAT_CHECK(meta.contains(kMetaChecksum), where, ": '", meta_path, "' has no checksum (", kMetaChecksum,
               "): it was edited, or written by a remat older than the checksum. Resume from another copy.");
   REMAT_CHECK(meta[kMetaChecksum].is_string() && meta[kMetaChecksum].get<std::string>() == meta_checksum(meta),
-              field("TrainOptions::resume_dir"), ": '", meta_path, "' does not match its checksum (", excerpt(meta[kMetaChecksum].dump(), 40),
+              where, ": '", meta_path, "' does not match its checksum (", printable(meta[kMetaChecksum].dump(), 40),
               "): it was changed or is corrupt. Resume from another copy.");
   for (const auto& [file, info] : meta["files"].items()) {
+    REMAT_CHECK(plain_component(file) && info.is_object() && info.contains("bytes") && info["bytes"].is_number_unsigned() &&
+                    info.contains("fnv1a64") && info["fnv1a64"].is_string(),
+                where, ": '", meta_path, "' lists ", printable(file, 60),
+                " without a plain name, its size and its checksum; the state is corrupt.");
     const fs::path path = state / file;
-    REMAT_CHECK(fs::exists(path, error), field("TrainOptions::resume_dir"), ": state file '", path.string(), "' is missing.");
-    const auto expected_bytes = info.value("bytes", static_cast<uint64_t>(0));
-    const auto bytes = fs::file_size(path);
-    REMAT_CHECK(bytes == expected_bytes, field("TrainOptions::resume_dir"), ": state file '", path.string(), "' has ", bytes, " bytes but ",
+    const FileDigest digest = digest_of_state_file(path, where + ": state file");
+    const auto expected_bytes = info["bytes"].get<uint64_t>();
+    REMAT_CHECK(digest.bytes == expected_bytes, where, ": state file '", path.string(), "' has ", digest.bytes, " bytes but ",
                 expected_bytes, " were written: it is truncated or was changed. Resume from another copy.");
-    REMAT_CHECK(fnv1a64(path) == info.value("fnv1a64", std::string()), field("TrainOptions::resume_dir"), ": state file '", path.string(),
+    REMAT_CHECK(digest.fnv1a64 == info["fnv1a64"].get<std::string>(), where, ": state file '", path.string(),
                 "' does not match its checksum: it is corrupt. Resume from another copy.");
   }
   return {state, meta};

@@ -113,7 +113,8 @@ void check_ranks_agree(const TrainOptions& o, const Corpus& corpus) {
 
 // What the options ask to run: a plan file, the optimal plan for a budget, or a policy.
 PlanRequest plan_request(const TrainOptions& o) {
-  if (!o.plan_file.empty()) return PlanRequest::of_plan_file(o.plan_file);
+  // The GPT's longest chain is its half-block one: embed, two halves a layer, head.
+  if (!o.plan_file.empty()) return PlanRequest::of_plan_file(o.plan_file, 2 * o.model.layers() + 2);
   if (!o.budget.empty()) {
     return PlanRequest::of_budget(Budget::parse(o.budget)).mode(o.checkpoint_mode).memory_slots(o.memory_slots);
   }
@@ -125,6 +126,11 @@ std::pair<fs::path, nlohmann::json> load_resumed_state(const TrainOptions& o, co
   std::pair<fs::path, nlohmann::json> resumed;
   if (!o.resume_dir.empty()) {
     resumed = load_state_dir(o.resume_dir);
+    // The files loaded below, each checked by load_state_dir only where meta.json lists it.
+    for (const char* file : {"model.pt", "optimizer.pt", "rng.pt"}) {
+      REMAT_CHECK(resumed.second["files"].contains(file), field("TrainOptions::resume_dir"), ": the state in '",
+                  resumed.first.string(), "' lists no ", file, "; it was not saved by remat train. Resume from another copy.");
+    }
     check_resumable(resumed, o, corpus);
   }
   return resumed;

@@ -15,7 +15,11 @@
 
 namespace remat {
 
-/// Configures the process to compute on `threads` cores; returns what it did, for reports.
+/// The CPUs this process may run on (its affinity mask; the online CPUs where that is unknown).
+int usable_cpus();
+
+/// Configures the process to compute on `threads` cores, 1 to usable_cpus() (more is an error:
+/// never a hang); returns what it did, for reports.
 std::string set_cpu_threads(int threads);
 
 /// Keeps memory LibTorch frees inside the process instead of returning it to the kernel (glibc:
