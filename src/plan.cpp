@@ -159,7 +159,7 @@ void refuse_longer_lists(const std::string& text, const std::string& source, int
   nlohmann::json::sax_parse(text, &check, nlohmann::json::input_format_t::json, /*strict=*/false);
   REMAT_CHECK(!check.too_long(), source, ": field '", detail::shortened(check.list()), "' lists more than ", most,
               " entries, but this model's chains have at most ", most, " stages: the plan was made for another model. ",
-              "Make the plan for this model (remat plan --save-plan).");
+              "Make the plan for this model.");
 }
 
 void collect_depths(const std::vector<PlanItem>& items, int64_t depth, std::vector<int64_t>& out) {

@@ -62,4 +62,6 @@ expect_error "--profile has no effect with --policy" "$remat" plan "${tiny[@]}" 
 expect_error "--profile has no effect without --budget" "$remat" trace "${tiny[@]}" --policies block --budget '' \
   --profile "$work/none.json" --out "$work/trace" > /dev/null
 expect_error "WORLD_SIZE='1' is set" env WORLD_SIZE=1 RANK=0 "$remat" train "${tiny[@]}" --steps 1 --nproc 2 > /dev/null
+expect_error "The budgets planned for come from --budget" "$remat" bench "${tiny[@]}" --policies none --measure-steps 1 \
+  --no-plots --no-trace --out "$work/bench" > /dev/null
 echo "hostile inputs: all refused as expected"
