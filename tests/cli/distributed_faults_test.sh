@@ -50,6 +50,10 @@ expect_error "WORLD_SIZE='two' is not a whole number" RANK=0 WORLD_SIZE=two
 python3 -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)' > "$work/port" &
 for _ in $(seq 50); do [ -s "$work/port" ] && break; sleep 0.1; done
 expect_error "rank 0 cannot host the store on port $(cat "$work/port")" RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(cat "$work/port")"
+# c10d's own warnings (a line per address it failed to bind) stay off unless TORCH_CPP_LOG_LEVEL asks.
+if grep -q 'c10d.*failed to bind' "$work/err.out"; then cat "$work/err.out" >&2; fail "c10d's warnings reached the terminal"; fi
+expect_error "rank 0 cannot host the store" TORCH_CPP_LOG_LEVEL=INFO RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$(cat "$work/port")"
+grep -q 'c10d.*failed to bind' "$work/err.out" || { cat "$work/err.out" >&2; fail "TORCH_CPP_LOG_LEVEL=INFO did not bring c10d's log back"; }
 # Nobody at the master's port: rank 1 gives up after its timeout (--dist-timeout 20).
 port=$(free_port)
 start=$(date +%s)
