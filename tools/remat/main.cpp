@@ -70,7 +70,11 @@ int main(int argc, char** argv) {
   remat::keep_freed_memory_in_process();
   // c10d logs its retries and bind failures as warnings, dozens of lines before the error that
   // says what went wrong; errors only, unless the user asks LibTorch for more.
-  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 2);
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) {
+    FLAGS_caffe2_log_level = std::max(FLAGS_caffe2_log_level, 2);
+  } else {
+    c10::initLogging();  // reads TORCH_CPP_LOG_LEVEL, as PyTorch does at import
+  }
   remat::cli::record_invocation(argc, argv);
   CLI::App app{"remat: activation checkpointing for LibTorch, measured"};
   app.require_subcommand(1);

@@ -196,7 +196,9 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
     file_operation();
     write_files(temporary);
     nlohmann::json files = nlohmann::json::object();
-    for (const auto& entry : fs::directory_iterator(temporary, error)) {
+    fs::directory_iterator listing(temporary, error);
+    REMAT_CHECK(!error, "cannot list the state being saved in '", temporary.string(), "' (", error.message(), ").");
+    for (const auto& entry : listing) {
       file_operation();
       sync_to_disk(entry.path());
       const FileDigest digest = digest_of_state_file(entry.path(), "the state file just written");

@@ -6,6 +6,7 @@
 //   trainer.save("run1");                     // atomic: a crash keeps the previous state
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 
 #include <torch/optim/adamw.h>
 
+#include "remat/internal/process.h"
 #include "remat/plan_request.h"
 #include "remat/planner.h"
 #include "remat/models/gpt.h"
@@ -47,7 +49,7 @@ struct TrainOptions {
   /// With a budget: choose micro_batch together with the plan, for the most samples per second
   /// under the budget (remat/throughput.h; a share of the budget is of the whole batch's peak).
   bool maximize_throughput = false;
-  int threads = 2;
+  int threads = std::min(2, usable_cpus());  ///< 2, or 1 where the process may use one CPU only
   uint64_t seed = 0;
   std::string data_file;                            ///< empty: the default corpus
   std::string corpus_dir = kDefaultCorpusDir;       ///< where the default corpus lives
