@@ -15,15 +15,6 @@
 namespace remat {
 namespace {
 
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // The regular file the bytes replace: `path`, or what a symbolic link at `path` finally names
 // (the link is kept: renaming over the link itself would turn it into a file). Anything else —
 // a device node, a FIFO, a socket, a folder — is refused: renaming a temporary over it would
@@ -40,7 +31,7 @@ std::string regular_target(const std::string& path, struct stat& st, bool& exist
     REMAT_CHECK(::stat(path.c_str(), &st) == 0, "cannot write '", path, "': it is a symbolic link to a missing file ",
                 "or a loop (", std::strerror(errno), "); point it at a regular file or remove it.");
   }
-  REMAT_CHECK(S_ISREG(st.st_mode), "cannot write '", path, "': it is ", kind_of(st.st_mode),
+  REMAT_CHECK(S_ISREG(st.st_mode), "cannot write '", path, "': it is ", file_kind(st.st_mode),
               link ? " (through a symbolic link)" : "",
               "; remat writes regular files only, through a temporary renamed over the old file. Give the name of a ",
               "regular file.");
@@ -116,7 +107,7 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {
     const bool regular = S_ISREG(st.st_mode);
     ::close(fd);
-    REMAT_CHECK(regular, what, " '", path, "' is ", kind_of(st.st_mode), "; give the name of a regular file.");
+    REMAT_CHECK(regular, what, " '", path, "' is ", file_kind(st.st_mode), "; give the name of a regular file.");
     REMAT_CHECK(false, what, " '", path, "' holds ", st.st_size, " bytes, more than the ", max_bytes,
                 " this file can sensibly be; is it the right file?");
   }
@@ -133,6 +124,16 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
   REMAT_CHECK(done == text.size() || read_errno == 0, what, " '", path, "' cannot be read (", std::strerror(read_errno), ").");
   text.resize(done);
   return text;
+}
+
+const char* file_kind(unsigned mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
 }
 
 void sync_to_disk(const std::string& path) {

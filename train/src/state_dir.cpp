@@ -26,16 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a folder";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  return "not a regular file";
-}
-
 // One plain name inside the state folder: no separator, no '.' or '..', nothing unprintable.
 bool plain_component(const std::string& name) {
   if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;

@@ -28,6 +28,9 @@ void write_file_atomically(const std::string& path, const std::string& text, AtP
 /// never end), and so is a larger file, before anything is allocated.
 std::string read_regular_file(const std::string& path, const std::string& what, int64_t max_bytes = int64_t{64} << 20);
 
+/// What a file of this st_mode is, for messages: "a folder", "a FIFO", "a character device", ...
+const char* file_kind(unsigned mode);
+
 /// Flushes a file or a directory (its entries: a rename into it) to disk; quietly does nothing
 /// where the system cannot.
 void sync_to_disk(const std::string& path);
