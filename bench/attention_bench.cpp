@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   app.add_option("--dropout", dropouts, "Dropout probabilities on the attention weights")->delimiter(',');
   app.add_option("--json", json_path, "Also write the figures to this JSON file");
   CLI11_PARSE(app, argc, argv);
-  const std::string thread_note = remat::set_cpu_threads(threads);
+  const std::string thread_note = remat::set_cpu_threads(threads).to_string();
   remat::keep_freed_memory_in_process();
   remat::install_cpu_memory_tracker();
   std::cout << "causal attention, B " << batch << ", H " << heads << ", T " << seq << ", D " << head_dim << ", fp32, "

@@ -1,4 +1,4 @@
-// Planning your own model: a conv net of Conv2d / BatchNorm2d / ReLU blocks on random images.
+// Planning your own model: a residual conv net of Conv2d / BatchNorm2d / ReLU blocks on random images.
 // BatchNorm's running statistics update once per step under every plan (checked below).
 //
 //   remat_plan_convnet            16 blocks of 32 channels, 32x32 images, batch 32
@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
-#include "remat/internal/process.h"
+#include "remat/threads.h"
 #include "remat/memory.h"
 #include "remat/sequential_chain.h"
 #include "support/budget_report.h"
@@ -20,13 +20,19 @@ struct Config {
   int64_t blocks = 16, channels = 32, size = 32, batch = 32, classes = 10;
 };
 
-// One block: the unit the planner keeps or recomputes. Its BatchNorm output is not kept by
-// anything (ReLU keeps its own output), which a block-sized stage measures exactly.
+// One block: the unit the planner keeps or recomputes, residual where its input has its width.
+// Its BatchNorm output is not kept by anything (the sum and ReLU keep their own), which a
+// block-sized stage measures exactly.
 struct ConvBlockImpl : nn::Module {
   ConvBlockImpl(int64_t in, int64_t out)
-      : conv(register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)))),
+      : residual(in == out),
+        conv(register_module("conv", nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(false)))),
         norm(register_module("norm", nn::BatchNorm2d(out))) {}
-  at::Tensor forward(const at::Tensor& x) { return torch::relu(norm(conv(x))); }  // (N,C,H,W) -> (N,C',H,W)
+  at::Tensor forward(const at::Tensor& x) {  // (N,C,H,W) -> (N,C',H,W)
+    const at::Tensor y = norm(conv(x));
+    return torch::relu(residual ? y + x : y);
+  }
+  bool residual;
   nn::Conv2d conv;
   nn::BatchNorm2d norm;
 };
@@ -49,11 +55,11 @@ int run(int argc, char** argv) {
   // prediction (and over the budget), 16 channels 1.1%: likely oneDNN's blocked layouts, whose
   // transients weigh most on the smallest tensors.
   if (quick) config = Config{16, 16, 16, 8, 10};
-  std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, ReLU) of " << config.channels
+  at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
+  std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, residual add, ReLU) of " << config.channels
             << " channels, " << config.size << "x" << config.size << " images, batch " << config.batch << ", "
-            << remat::set_cpu_threads(std::min(2, remat::usable_cpus())) << "\n";
+            << remat::cpu_threads() << "\n";
   remat::install_cpu_memory_tracker();
-  remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
   torch::manual_seed(1);
   const at::Tensor images = torch::randn({config.batch, 3, config.size, config.size});
   const at::Tensor labels = torch::randint(0, config.classes, {config.batch}, torch::kLong);
@@ -63,7 +69,8 @@ int run(int argc, char** argv) {
   remat::SequentialChain chain(net, [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); });
   remat::PlanResult planned = remat::plan_for_budget(chain, images, "50%");
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
-            << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes) << "\n";
+            << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
+            << "\n  " << planned.measured_choice.reason << "\n  timed under " << planned.timed_under << "\n";
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   for (int step = 1; step <= 3; ++step) {
     sgd.zero_grad();

@@ -1,5 +1,6 @@
 // Planning a model of sub-millisecond stages: a stack of small MLP-mixer blocks (Tolstikhin et al.
-// 2021) on random patch embeddings. At this size a checkpoint boundary's own cost (the call,
+// 2021) on random patch embeddings, with dropout inside each block, token mixing over the transposed
+// activation and a mean-pooled classification head. At this size a checkpoint boundary's own cost (the call,
 // recording its graph, saving and restoring the RNG state) is a large part of each stage's time:
 // the planner charges it per segment (cost_model.h, CostTable::segment_seconds).
 //
@@ -10,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
-#include "remat/internal/process.h"
+#include "remat/threads.h"
 #include "remat/memory.h"
 #include "remat/sequential_chain.h"
 #include "support/budget_report.h"
@@ -19,7 +20,7 @@ namespace nn = torch::nn;
 namespace F = torch::nn::functional;
 
 struct Config {
-  int64_t blocks = 12, tokens = 37, channels = 72, batch = 6;
+  int64_t blocks = 12, tokens = 37, channels = 72, batch = 6, classes = 10;
 };
 
 // One mixer block, (N, T, C) -> (N, T, C): a token-mixing MLP across the T positions of each
@@ -47,10 +48,22 @@ struct MixerBlockImpl : nn::Module {
 };
 TORCH_MODULE(MixerBlock);
 
+// The classification head: normed, mean-pooled over the tokens, (N, T, C) -> (N, classes).
+struct PooledHeadImpl : nn::Module {
+  PooledHeadImpl(int64_t channels, int64_t classes)
+      : norm(register_module("norm", nn::LayerNorm(nn::LayerNormOptions({channels})))),
+        classifier(register_module("classifier", nn::Linear(channels, classes))) {}
+  at::Tensor forward(const at::Tensor& x) { return classifier(norm(x).mean(1)); }
+  nn::LayerNorm norm;
+  nn::Linear classifier;
+};
+TORCH_MODULE(PooledHead);
+
 nn::Sequential make_mixer(const Config& c) {
   torch::manual_seed(0);
   nn::Sequential net;
   for (int64_t b = 0; b < c.blocks; ++b) net->push_back("block" + std::to_string(b), MixerBlock(c.tokens, c.channels));
+  net->push_back("head", PooledHead(c.channels, c.classes));
   return net;
 }
 
@@ -64,17 +77,18 @@ int run(int argc, char** argv) {
     if (flag == "--channels") config.channels = value;
     if (flag == "--batch") config.batch = value;
   }
+  at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
   std::cout << "remat_plan_mixer: " << config.blocks << " x MLP-mixer block (" << config.tokens << " tokens, "
-            << config.channels << " channels, token MLP x2, channel MLP x4, GELU, dropout 0.1), batch "
-            << config.batch << ", " << remat::set_cpu_threads(std::min(2, remat::usable_cpus())) << "\n";
+            << config.channels << " channels, token MLP x2, channel MLP x4, GELU, dropout 0.1) and a pooled head, batch "
+            << config.batch << ", " << remat::cpu_threads() << "\n";
   remat::install_cpu_memory_tracker();
-  remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
   torch::manual_seed(1);
   const at::Tensor x = torch::randn({config.batch, config.tokens, config.channels});
-  const at::Tensor target = torch::randn({config.batch, config.tokens, config.channels});
+  const at::Tensor labels = torch::randint(0, config.classes, {config.batch}, torch::kLong);
   const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
   return remat_examples::report_budgets([&] { return make_mixer(config); },
-                                        [&](const at::Tensor& out) { return F::mse_loss(out, target); }, x, options);
+                                        [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); }, x,
+                                        options);
 }
 
 int main(int argc, char** argv) { return remat_examples::run_example(run, argc, argv); }

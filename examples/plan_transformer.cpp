@@ -11,7 +11,7 @@
 #include <torch/torch.h>
 
 #include "remat/budget_planner.h"
-#include "remat/internal/process.h"
+#include "remat/threads.h"
 #include "remat/memory.h"
 #include "remat/sequential_chain.h"
 #include "support/budget_report.h"
@@ -40,6 +40,7 @@ void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tenso
   remat::PlanResult planned = remat::plan_for_budget(chain, x, "50%");
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
             << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
+            << "\n  " << planned.measured_choice.reason << "\n  timed under " << planned.timed_under
             << ", overhead " << remat::percent(planned.predicted_overhead()) << "\n";
   torch::optim::Adam adam(net->parameters(), 1e-4);
   for (int step = 1; step <= 3; ++step) {
@@ -55,11 +56,11 @@ int run(int argc, char** argv) {
   const bool quick = remat_examples::quick_mode(argc, argv);
   Config config;
   if (quick) config = Config{12, 32, 4, 32, 4};
+  at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
   std::cout << "remat_plan_transformer: " << config.layers << " x TransformerEncoderLayer(d_model " << config.d_model
             << ", heads " << config.heads << ", feed-forward " << 4 * config.d_model << ", dropout 0.1), sequence "
-            << config.sequence << ", batch " << config.batch << ", " << remat::set_cpu_threads(std::min(2, remat::usable_cpus())) << "\n";
+            << config.sequence << ", batch " << config.batch << ", " << remat::cpu_threads() << "\n";
   remat::install_cpu_memory_tracker();
-  remat::keep_freed_memory_in_process();  // step times compare recompute, not page faults
   torch::manual_seed(1);
   const at::Tensor x = torch::randn({config.sequence, config.batch, config.d_model});  // (S, N, E) embeddings
   const at::Tensor target = torch::randn({config.sequence, config.batch, config.d_model});

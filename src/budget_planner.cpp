@@ -1,6 +1,8 @@
 #include "remat/budget_planner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 
 #include <ATen/ops/ones_like.h>
 #include <c10/core/GradMode.h>
@@ -10,6 +12,8 @@
 #include "detail/cuda_memory.h"
 #include "remat/error.h"
 #include "remat/memory.h"
+#include "remat/plan_measurement.h"
+#include "remat/policies.h"
 #include "remat/profiler.h"
 
 namespace remat {
@@ -76,14 +80,153 @@ int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& samp
   return peak;
 }
 
+namespace {
+
+// The table has a cost for every stage option the plan uses (a profile without the generic option
+// "sac" cannot cost the policy "sac").
+bool costs_every_option(const CostTable& costs, const Plan& plan) {
+  if (plan.options.size() != costs.stages.size()) return false;
+  for (size_t i = 0; i < costs.stages.size(); ++i) {
+    const auto& options = costs.stages[i].options;
+    if (std::none_of(options.begin(), options.end(), [&](const StageOptionCost& o) { return o.option == plan.options[i]; })) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+PlanResult choose_fastest(Chain& chain, const CostTable& costs, PlanResult planned,
+                          const std::vector<CandidatePlan>& candidates, const at::Tensor& sample_input, int steps,
+                          ThreadsWhileTiming threads) {
+  REMAT_CHECK(planned.feasible, "choose_fastest: the planned result is infeasible; plan a feasible budget first.");
+  REMAT_CHECK(steps >= 1, "choose_fastest: steps must be at least 1, got ", steps, ".");
+  std::vector<Plan> plans = {planned.plan};
+  std::vector<std::string> names = {"planned"};
+  for (const auto& c : candidates) {
+    plans.push_back(c.plan);
+    names.push_back(c.name);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<PlanMeasurement> measured = measure_plans(chain, plans, sample_input, steps, {}, threads);
+  MeasuredChoice choice;
+  choice.measured = true;
+  choice.steps = steps;
+  choice.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<Prediction> predictions = {planned.prediction};
+  for (const auto& c : candidates) predictions.push_back(simulate(c.plan, costs));
+  for (size_t i = 0; i < plans.size(); ++i) {
+    MeasuredChoice::Candidate c;
+    c.name = names[i];
+    c.plan = plans[i].to_string();
+    c.predicted_overhead =
+        planned.unchecked.step_seconds > 0 ? predictions[i].step_seconds / planned.unchecked.step_seconds - 1 : 0.0;
+    c.predicted_overhead_spread = predicted_overhead_spread(predictions[i], planned.unchecked);
+    const PairedRatio ratio = paired_time_ratios(measured[i], measured[0]);
+    c.ratio = ratio.median;
+    c.ratio_low = ratio.low;
+    c.ratio_high = ratio.high;
+    c.measured_peak_bytes = measured[i].activation_peak_bytes;
+    c.fits = c.measured_peak_bytes <= planned.budget_bytes;
+    // Kept only where faster beyond the spread: 11 steps of a 10 ms step scatter by several points,
+    // and a plan picked by its median alone is as often the slower one.
+    if (i > 0 && c.fits && c.ratio_high < 1 && c.ratio < choice.candidates[choice.chosen].ratio) choice.chosen = i;
+    choice.candidates.push_back(std::move(c));
+  }
+  const MeasuredChoice::Candidate& kept = choice.candidates[choice.chosen];
+  choice.reason = "timed against " + std::to_string(candidates.size()) + " rule" + (candidates.size() == 1 ? "" : "s") +
+                  " of thumb, " + std::to_string(steps) + " interleaved steps each (" +
+                  std::to_string(static_cast<int>(std::lround(choice.seconds))) + " s): " +
+                  (choice.chosen == 0 ? "none that fits measured faster than the planned plan beyond the spread"
+                                      : "'" + kept.name + "' measured faster (" + std::to_string(kept.ratio) +
+                                            " of the planned step, at most " + std::to_string(kept.ratio_high) +
+                                            ") and fits");
+  if (choice.chosen > 0) {
+    planned.plan = plans[choice.chosen];
+    planned.prediction = predictions[choice.chosen];
+    planned.measured_peak_bytes = kept.measured_peak_bytes;
+  }
+  planned.measured_choice = std::move(choice);
+  return planned;
+}
+
+std::vector<CandidatePlan> nearest_rules_of_thumb(const Chain& chain, const CostTable& costs, const PlanResult& planned,
+                                                  const MeasuredChoiceOptions& options) {
+  struct Scored {
+    CandidatePlan candidate;
+    Prediction prediction;
+  };
+  std::vector<Scored> scored;
+  const std::string planned_text = planned.plan.to_string();
+  for (const std::string& policy : generic_policy_candidates()) {
+    Plan plan;
+    try {
+      plan = policy_plan(policy, chain);
+    } catch (const c10::Error&) {
+      continue;  // not applicable to this chain (too few blocks)
+    }
+    plan.mode = planned.plan.mode;
+    if (plan.to_string() == planned_text || !costs_every_option(costs, plan)) continue;
+    const Prediction p = simulate(plan, costs);
+    if (p.peak_bytes > planned.budget_bytes) continue;
+    const double slower = p.step_seconds - planned.prediction.step_seconds;
+    const double noise = std::hypot(p.step_seconds_spread, planned.prediction.step_seconds_spread);
+    if (slower > std::max(2 * noise, options.margin() * planned.unchecked.step_seconds)) continue;
+    bool duplicate = false;
+    for (const auto& s : scored) duplicate = duplicate || s.candidate.plan.to_string() == plan.to_string();
+    if (!duplicate) scored.push_back({{policy, std::move(plan)}, p});
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
+    return a.prediction.step_seconds < b.prediction.step_seconds;
+  });
+  std::vector<CandidatePlan> nearest;
+  for (auto& s : scored) {
+    if (static_cast<int>(nearest.size()) >= options.candidates()) break;
+    nearest.push_back(std::move(s.candidate));
+  }
+  return nearest;
+}
+
+PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResult planned,
+                                 const at::Tensor& sample_input, const MeasuredChoiceOptions& options,
+                                 ThreadsWhileTiming threads) {
+  REMAT_CHECK(options.candidates() >= 0 && options.steps() >= 1 && options.max_seconds() >= 0,
+              "choose_by_measurement: candidates must be >= 0, steps >= 1 and max_seconds >= 0, got ",
+              options.candidates(), ", ", options.steps(), " and ", options.max_seconds(), ".");
+  if (!planned.feasible) return planned;
+  MeasuredChoice& choice = planned.measured_choice;
+  if (options.when() == ChooseByMeasurement::never) {
+    choice.reason = "not timed against rules of thumb (MeasuredChoiceOptions::when is never)";
+    return planned;
+  }
+  const std::vector<CandidatePlan> nearest = nearest_rules_of_thumb(chain, costs, planned, options);
+  if (nearest.empty()) {
+    choice.reason = "no rule of thumb that fits is predicted within the noise of the plan: none timed";
+    return planned;
+  }
+  // A short step is measured after an untimed one of its own (measure_plans): twice the steps.
+  const double step = planned.unchecked.step_seconds * (planned.unchecked.step_seconds < 0.05 ? 2 : 1);
+  const double estimate = static_cast<double>((nearest.size() + 1) * (options.steps() + 1)) * step;
+  if (options.when() == ChooseByMeasurement::automatic && estimate > options.max_seconds()) {
+    choice.reason = "not timed against " + std::to_string(nearest.size()) + " rules of thumb predicted within its " +
+                    "noise: the series would take about " + std::to_string(static_cast<int>(std::lround(estimate))) +
+                    " s, over MeasuredChoiceOptions::max_seconds (" +
+                    std::to_string(static_cast<int>(std::lround(options.max_seconds()))) + " s)";
+    return planned;
+  }
+  return choose_fastest(chain, costs, std::move(planned), nearest, sample_input, options.steps(), threads);
+}
+
 PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options) {
-  const CostTable costs = profile_chain(
-      chain, sample_input, ProfileOptions()
-                                    .repeats(options.repeats())
-                                    .warmup(options.warmup())
-                                    .mode(options.mode())
-                                    .selective_option(options.selective_option()));
+  const CostTable costs = profile_chain(chain, sample_input,
+                                        ProfileOptions()
+                                            .repeats(options.repeats())
+                                            .warmup(options.warmup())
+                                            .mode(options.mode())
+                                            .selective_option(options.selective_option())
+                                            .threads(options.threads()));
   PlanResult result =
       options.max_replans() < 0
           ? plan_optimal(costs, budget, options.planner())
@@ -91,7 +234,7 @@ PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const B
                           [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); },
                           options.max_replans());
   result.ensure_feasible();
-  return result;
+  return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(), options.threads());
 }
 
 }  // namespace remat

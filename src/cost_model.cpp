@@ -3,6 +3,7 @@
 #include "remat/memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,20 @@ const StageOptionCost& StageCost::option(const std::string& wanted) const {
   }
   REMAT_CHECK(false, "the cost table has no option '", detail::shortened(wanted), "' for stage '", detail::shortened(name), "'; profile the model again.");
   return options.front();
+}
+
+double StageCost::relative_spread() const {
+  if (options.empty()) return 0.0;
+  const double seconds = options.front().forward_seconds + options.front().backward_seconds;
+  return seconds > 0 ? spread_seconds / seconds : 0.0;
+}
+
+std::vector<std::string> CostTable::unstable_stages(double tolerance) const {
+  std::vector<std::string> names;
+  for (const auto& s : stages) {
+    if (s.relative_spread() > tolerance) names.push_back(s.name);
+  }
+  return names;
 }
 
 namespace {
@@ -42,8 +57,13 @@ int64_t parameter_bytes_between(const std::vector<int64_t>& prefix, int64_t firs
 // Each item's cost needs the cost of the items after it: they are costed last to first, in a loop
 // (a plan may have 100,000 items); only nested segments recurse, as deep as the plan nests
 // (Plan::kMaxNesting at most).
+struct Charges {
+  std::vector<double> stage_seconds;  // what the plan charges each stage
+  int64_t segments = 0;
+};
+
 Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_segment, const Plan& plan,
-                         const CostTable& costs, const std::vector<int64_t>& parameter_prefix) {
+                         const CostTable& costs, const std::vector<int64_t>& parameter_prefix, Charges& charges) {
   const auto& stages = costs.stages;
   const int64_t grad_t = stages[t].output_bytes;
   // Non-reentrant segments add each parameter's gradient into .grad as its node finishes.
@@ -70,6 +90,7 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
                                  (first < t ? held_grad : 0));
       // Inside a segment the stage runs in its recompute, which costs it more than its forward.
       result.seconds = o.forward_seconds + o.backward_seconds + (in_segment ? c.recompute_extra_seconds : 0.0);
+      charges.stage_seconds[static_cast<size_t>(first)] += result.seconds;
       if (has_rest) {
         result.peak = std::max(result.peak, o.kept_bytes + rest.peak);
         result.seconds += rest.seconds;
@@ -86,7 +107,9 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
       result.peak =
           std::max(result.peak, segment + grad_t + held_input + stages[k].output_bytes + stages[k].nograd_extra_bytes);
       result.seconds += stages[k].nograd_seconds;
+      charges.stage_seconds[static_cast<size_t>(k)] += stages[k].nograd_seconds;
     }
+    ++charges.segments;
     if (has_rest) {
       result.peak = std::max(result.peak, segment + stages[e].output_bytes + rest.peak);
       result.seconds += rest.seconds;
@@ -95,7 +118,8 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
     // the current one (restored afterwards): two states; and, inside an enclosing segment, the
     // gradients that one has captured from the stages after e.
     const int64_t captured = in_segment && captures ? parameter_bytes_between(parameter_prefix, e + 1, t) : 0;
-    const Simulated inner = simulate_items(item.segment, e, /*in_segment=*/true, plan, costs, parameter_prefix);
+    const Simulated inner =
+        simulate_items(item.segment, e, /*in_segment=*/true, plan, costs, parameter_prefix, charges);
     result.peak = std::max(result.peak, 2 * segment + captured + (e < t ? held_grad : 0) + inner.peak);
     result.seconds += inner.seconds;
     rest = result;
@@ -124,12 +148,14 @@ const NumberFields<StageRunCost>& run_fields() {
 
 const NumberFields<StageCost>& stage_fields() {
   static const NumberFields<StageCost> fields{
-      {{"nograd_seconds", &StageCost::nograd_seconds}, {"recompute_extra_seconds", &StageCost::recompute_extra_seconds}},
+      {{"nograd_seconds", &StageCost::nograd_seconds},
+       {"recompute_extra_seconds", &StageCost::recompute_extra_seconds},
+       {"spread_seconds", &StageCost::spread_seconds}},
       {{"output_bytes", &StageCost::output_bytes},
        {"input_grad_bytes", &StageCost::input_grad_bytes},
        {"parameter_bytes", &StageCost::parameter_bytes},
        {"nograd_extra_bytes", &StageCost::nograd_extra_bytes}},
-      {"parameter_bytes", "recompute_extra_seconds"}};
+      {"parameter_bytes", "recompute_extra_seconds", "spread_seconds"}};
   return fields;
 }
 
@@ -170,12 +196,45 @@ Prediction simulate(const Plan& plan, const CostTable& costs) {
   const auto n = static_cast<int64_t>(costs.stages.size());
   std::vector<int64_t> parameter_prefix(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k) parameter_prefix[k + 1] = parameter_prefix[k] + costs.stages[k].parameter_bytes;
-  const Simulated s = simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs, parameter_prefix);
+  Charges charges{std::vector<double>(static_cast<size_t>(n), 0.0), 0};
+  const Simulated s =
+      simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs, parameter_prefix, charges);
   Prediction p;
   p.peak_bytes = s.peak;
   p.step_seconds = s.seconds;
   for (int64_t d : plan.recompute_depths()) p.recomputed_stages += d;
+  p.segments = charges.segments;
+  p.segment_spread_seconds = static_cast<double>(charges.segments) * costs.segment_spread_seconds;
+  double variance = p.segment_spread_seconds * p.segment_spread_seconds;
+  p.stage_spread_seconds.resize(static_cast<size_t>(n));
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    p.stage_spread_seconds[i] = costs.stages[i].relative_spread() * charges.stage_seconds[i];
+    variance += p.stage_spread_seconds[i] * p.stage_spread_seconds[i];
+  }
+  p.step_seconds_spread = std::sqrt(variance);
+  p.stage_seconds = std::move(charges.stage_seconds);
   return p;
+}
+
+double predicted_overhead_spread(const Prediction& plan, const Prediction& unchecked) {
+  if (unchecked.step_seconds <= 0) return 0.0;
+  if (plan.stage_seconds.size() != unchecked.stage_seconds.size() ||
+      plan.stage_spread_seconds.size() != plan.stage_seconds.size() ||
+      unchecked.stage_spread_seconds.size() != unchecked.stage_seconds.size()) {
+    return plan.step_seconds_spread / unchecked.step_seconds;  // not of one table: no cancelling
+  }
+  const double segments = plan.segment_spread_seconds - unchecked.segment_spread_seconds;
+  double variance = segments * segments;
+  for (size_t i = 0; i < plan.stage_seconds.size(); ++i) {
+    // Each stage's relative spread, from whichever prediction charged it.
+    const double relative = plan.stage_seconds[i] > 0 ? plan.stage_spread_seconds[i] / plan.stage_seconds[i]
+                            : unchecked.stage_seconds[i] > 0
+                                ? unchecked.stage_spread_seconds[i] / unchecked.stage_seconds[i]
+                                : 0.0;
+    const double extra = relative * (plan.stage_seconds[i] - unchecked.stage_seconds[i]);
+    variance += extra * extra;
+  }
+  return std::sqrt(variance) / unchecked.step_seconds;
 }
 
 std::string CostTable::to_json() const {
@@ -194,7 +253,9 @@ std::string CostTable::to_json() const {
   }
   return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
                          {"segment_bytes", segment_bytes}, {"segment_forward_seconds", segment_forward_seconds},
-                         {"segment_backward_seconds", segment_backward_seconds}, {"stages", stages_json}})
+                         {"segment_backward_seconds", segment_backward_seconds},
+                         {"segment_spread_seconds", segment_spread_seconds}, {"threads", threads},
+                         {"stages", stages_json}})
       .dump(2);
 }
 
@@ -211,6 +272,8 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   // Absent in tables written before the fixed cost was measured: no charge, as then.
   if (top.has("segment_forward_seconds")) table.segment_forward_seconds = top.seconds("segment_forward_seconds");
   if (top.has("segment_backward_seconds")) table.segment_backward_seconds = top.seconds("segment_backward_seconds");
+  if (top.has("segment_spread_seconds")) table.segment_spread_seconds = top.seconds("segment_spread_seconds");
+  table.threads = top.string_or("threads", "");
   // Each size is at most 2^53 bytes and so is their sum: no simulation of the table can overflow.
   double total = static_cast<double>(table.segment_bytes);
   const nlohmann::json& stages = top.array("stages");
@@ -248,8 +311,8 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
 std::string CostTable::to_table() const {
   auto mib = [](int64_t bytes) { return fixed(mebibytes(bytes), 2); };
   auto ms = [](double seconds) { return fixed(seconds * 1e3, 2); };
-  Table table({"stage", "option", "output", "kept", "fwd+", "bwd+", "nograd+", "fwd ms", "bwd ms", "nograd ms",
-               "recomp+ ms", "end fwd", "end kept"});
+  Table table({"stage", "option", "output", "kept", "fwd+", "bwd+", "nograd+", "fwd ms", "bwd ms", "± ms", "runs",
+               "nograd ms", "recomp+ ms", "end fwd", "end kept"});
   int64_t total_kept = 0;
   for (const auto& s : stages) {
     for (size_t i = 0; i < s.options.size(); ++i) {
@@ -257,7 +320,9 @@ std::string CostTable::to_table() const {
       const bool first = i == 0;  // the stage's own columns once, on its default option's row
       table.add_row({first ? s.name : "", o.option, first ? mib(s.output_bytes) : "", mib(o.kept_bytes),
                      mib(o.forward_extra_bytes), mib(o.backward_extra_bytes), first ? mib(s.nograd_extra_bytes) : "",
-                     ms(o.forward_seconds), ms(o.backward_seconds), first ? ms(s.nograd_seconds) : "",
+                     ms(o.forward_seconds), ms(o.backward_seconds), first ? ms(s.spread_seconds) : "",
+                     first && s.measured_rounds > 0 ? std::to_string(s.measured_rounds) : "",
+                     first ? ms(s.nograd_seconds) : "",
                      first ? ms(s.recompute_extra_seconds) : "", ms(o.at_segment_end().forward_seconds),
                      mib(o.at_segment_end().kept_bytes)});
     }
@@ -265,12 +330,15 @@ std::string CostTable::to_table() const {
   }
   std::ostringstream os;
   os << "costs (" << source << "), sizes in MiB, times in ms\n";
+  if (!threads.empty()) os << "timed under " << threads << "\n";
   table.print(os);
   os << "each checkpointed segment: " << fixed(segment_forward_seconds * 1e6, 1) << " us forward, "
-     << fixed(segment_backward_seconds * 1e6, 1) << " us backward by itself, "
+     << fixed(segment_backward_seconds * 1e6, 1) << " us backward by itself (± "
+     << fixed(segment_spread_seconds * 1e6, 1) << " us), "
      << fixed(static_cast<double>(segment_bytes) / 1024, 1) << " KiB held\n";
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
-  os << "recomp+: what a recompute for a backward adds to fwd; end fwd, end kept: as the last stage of a recomputed "
+  os << "± ms: half-width of a ~95% interval of fwd + bwd within a step; runs: measured runs of the stage; "
+        "recomp+: what a recompute for a backward adds to fwd; end fwd, end kept: as the last stage of a recomputed "
         "segment (graph-only: no output computed)\n";
   return os.str();
 }

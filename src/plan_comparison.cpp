@@ -30,7 +30,8 @@ MeasuredComparison compare_measured(const Plan& unchecked, const std::vector<Pla
 
   const PlanMeasurement& baseline = measured[unchecked_index];
   auto as_measured = [&](const std::string& name, size_t i) {
-    return MeasuredPlan{name, measured[i], paired_time_ratio(measured[i], baseline) - 1};
+    const PairedRatio ratio = paired_time_ratios(measured[i], baseline);
+    return MeasuredPlan{name, measured[i], ratio.median - 1, ratio.low - 1, ratio.high - 1};
   };
   MeasuredComparison comparison;
   comparison.unchecked = as_measured("none", unchecked_index);
@@ -45,7 +46,15 @@ MeasuredComparison compare_measured(const Plan& unchecked, const std::vector<Pla
     for (size_t p = 0; best && p < policies.size(); ++p) {
       if (policy_index[p] == *best && !c.best_policy) c.best_policy = p;
     }
-    if (best) c.ratio_to_best_policy = paired_time_ratio(c.measured.measured, measured[*best]);
+    if (best) {
+      const PairedRatio ratio = paired_time_ratios(c.measured.measured, measured[*best]);
+      c.ratio_to_best_policy = ratio.median;
+      c.ratio_to_best_policy_low = ratio.low;
+      c.ratio_to_best_policy_high = ratio.high;
+    }
+    const double predicted = c.optimal.predicted_overhead(), spread = c.optimal.predicted_overhead_spread();
+    c.prediction_within_spread =
+        predicted >= c.measured.overhead_low - spread && predicted <= c.measured.overhead_high + spread;
     comparison.budgets.push_back(std::move(c));
   }
   return comparison;

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/ones_like.h>
@@ -39,7 +40,8 @@ bool equal_bits(const at::Tensor& a, const at::Tensor& b) {
 
 }  // namespace
 
-std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int steps, const MeasureProgress& progress) {
+std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int steps, const MeasureProgress& progress,
+                                          ThreadsWhileTiming threads) {
   constexpr double kShortStepSeconds = 0.05;
   REMAT_CHECK(steps >= 1, "measure_plans: steps must be at least 1, got ", steps, ".");
   REMAT_CHECK(!runs.empty(), "measure_plans: give at least one plan.");
@@ -48,6 +50,7 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
     run.plan.validate_against(*run.chain);
   }
   if (runs.front().input.device().is_cpu()) install_cpu_memory_tracker();
+  const TimingThreads timing_threads(threads);
   // One guard per distinct chain, all taken before any step: chains sharing modules then all hold
   // the state on entry, and any order of restoring puts it back.
   std::vector<std::unique_ptr<detail::ChainStateGuard>> guards;
@@ -100,26 +103,35 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
   for (size_t p = 0; p < runs.size(); ++p) {
     result[p].step_seconds = median(seconds[p]);
     result[p].all_step_seconds = seconds[p];
+    result[p].threads = timing_threads.description();
   }
   return result;
 }
 
 std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
                                            const std::vector<Plan>& plans, const at::Tensor& input, int steps,
-                                           const MeasureProgress& progress) {
+                                           const MeasureProgress& progress, ThreadsWhileTiming threads) {
   std::vector<PlanRun> runs;
   for (const auto& plan : plans) runs.push_back({&chain_for(plan), plan, input, {}});
-  return measure_runs(runs, steps, progress);
+  return measure_runs(runs, steps, progress, threads);
 }
 
-double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& baseline) {
+PairedRatio paired_time_ratios(const PlanMeasurement& plan, const PlanMeasurement& baseline) {
   const size_t rounds = plan.all_step_seconds.size();
   REMAT_CHECK(rounds > 0 && rounds == baseline.all_step_seconds.size(),
               "paired_time_ratio: both measurements must come from the same interleaved rounds (", rounds, " and ",
               baseline.all_step_seconds.size(), " steps).");
   std::vector<double> ratios;
   for (size_t r = 0; r < rounds; ++r) ratios.push_back(plan.all_step_seconds[r] / baseline.all_step_seconds[r]);
-  return median(ratios);
+  PairedRatio result;
+  result.median = median(ratios);
+  std::tie(result.low, result.high) = median_interval(ratios);
+  result.rounds = rounds;
+  return result;
+}
+
+double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& baseline) {
+  return paired_time_ratios(plan, baseline).median;
 }
 
 std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured, const std::vector<size_t>& candidates,
@@ -142,8 +154,8 @@ std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measur
 }
 
 std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
-                                           int steps, const MeasureProgress& progress) {
-  return measure_plans([&chain](const Plan&) -> Chain& { return chain; }, plans, input, steps, progress);
+                                           int steps, const MeasureProgress& progress, ThreadsWhileTiming threads) {
+  return measure_plans([&chain](const Plan&) -> Chain& { return chain; }, plans, input, steps, progress, threads);
 }
 
 double PlanVerification::max_gradient_difference() const {

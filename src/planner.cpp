@@ -313,6 +313,7 @@ PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
   result.budget_bytes = budget_bytes;
   result.unchecked = unchecked_;
   result.least_feasible_budget_bytes = least_feasible_bytes_;
+  result.timed_under = costs_.threads;
   // Sizes round up, so the budget's row holds a plan that fits; on a chain of many small stages the
   // rounding adds up, and rows above the budget's may hold faster plans that still fit in bytes:
   // step up by the slack the simulator finds while they do.
@@ -356,6 +357,8 @@ std::string to_string(PlannerKind kind) {
 double PlanResult::predicted_overhead() const {
   return unchecked.step_seconds > 0 ? prediction.step_seconds / unchecked.step_seconds - 1 : 0.0;
 }
+
+double PlanResult::predicted_overhead_spread() const { return remat::predicted_overhead_spread(prediction, unchecked); }
 
 const PlanResult& PlanResult::ensure_feasible() const {
   if (feasible) return *this;
@@ -451,6 +454,7 @@ PlanResult classic_result(PlannerKind kind, const CostTable& costs, const Planne
   result.name = to_string(kind);
   result.unchecked = simulate(costs.plain_plan(options.mode()), costs);
   result.budget_bytes = budget.to_bytes(result.unchecked.peak_bytes);
+  result.timed_under = costs.threads;
   return result;
 }
 

@@ -9,7 +9,6 @@
 #include <sstream>
 #include <tuple>
 
-#include <ATen/Parallel.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/mul.h>
@@ -152,7 +151,18 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
       saved_counts[o] = saved_tensor_count(chain, i, stage_input(activation, i == 0), names[o]);
     }
   }
-  for (int r = -options.warmup(); r < options.repeats(); ++r) {
+  // Rounds go on past `repeats` while the default option's forward + backward scatters more than
+  // the tolerance allows, up to max_repeats or stage_seconds of extra rounds (ProfileOptions).
+  std::vector<double> totals;  // per measured round: options[0]'s plain forward + backward
+  Clock::time_point extra_since{};
+  for (int r = -options.warmup();; ++r) {
+    if (r == options.repeats()) extra_since = Clock::now();
+    if (r >= options.repeats()) {
+      const bool pinned = median_spread(totals) <= options.tolerance() * median(totals);
+      const bool out_of_time =
+          std::chrono::duration<double>(Clock::now() - extra_since).count() >= options.stage_seconds();
+      if (pinned || r >= options.max_repeats() || out_of_time) break;
+    }
     for (size_t o = 0; o < names.size(); ++o) {
       for (int graph_only = 0; graph_only < 2; ++graph_only) {
         StageRunCost& rc = runs[o][graph_only];
@@ -215,6 +225,7 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
         if (!graph_only) {
           cost.output_bytes = storage_bytes(y);
           cost.input_grad_bytes = input_grad;
+          if (o == 0) totals.push_back(forward_seconds + backward_seconds);
         }
       }
     }
@@ -244,6 +255,8 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
   }
   cost.nograd_seconds = median(nograd_times);
   cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
+  cost.spread_seconds = median_spread(totals);
+  cost.measured_rounds = static_cast<int>(totals.size());
 }
 
 // One step's forward and backward through `plan`, item by item: each top-level item's forward
@@ -304,7 +317,45 @@ struct InStepRounds {
   std::vector<ItemTimes> plain, singles, pairs;
 };
 
-// Short steps get more rounds (up to about a second of them): what a checkpoint adds to a stage of
+double total_seconds(const ItemTimes& times) {
+  double total = 0;
+  for (size_t k = 0; k < times.forward.size(); ++k) total += times.forward[k] + times.backward[k];
+  return total;
+}
+
+// Each checkpointed plan's step over the plain step of its round, pinned down within `tolerance`
+// (the half-width of a ~95% interval of the median ratio).
+bool overheads_pinned(const InStepRounds& rounds, double tolerance) {
+  for (const auto* checkpointed : {&rounds.singles, &rounds.pairs}) {
+    std::vector<double> ratios;
+    for (size_t r = 0; r < rounds.plain.size(); ++r) {
+      const double plain = total_seconds(rounds.plain[r]);
+      if (plain > 0) ratios.push_back(total_seconds((*checkpointed)[r]) / plain);
+    }
+    if (ratios.size() < 2 || median_spread(ratios) > tolerance) return false;
+  }
+  return true;
+}
+
+// A shared machine's speed drifts between rounds (a 10 ms step by 15% within minutes), and the
+// medians taken over rounds would carry it: each round's times are put on the median round's
+// clock, by the ratio of the median plain step to that round's plain step, as paired ratios cancel
+// drift in measure_plans.
+void normalise_to_the_median_round(InStepRounds& rounds) {
+  std::vector<double> plain_totals;
+  for (const auto& round : rounds.plain) plain_totals.push_back(total_seconds(round));
+  const double typical = median(plain_totals);
+  for (size_t r = 0; r < rounds.plain.size(); ++r) {
+    if (plain_totals[r] <= 0) continue;
+    const double factor = typical / plain_totals[r];
+    for (auto* times : {&rounds.plain[r], &rounds.singles[r], &rounds.pairs[r]}) {
+      for (double& t : times->forward) t *= factor;
+      for (double& t : times->backward) t *= factor;
+    }
+  }
+}
+
+// Short steps get more rounds (up to about a second of them, then more while they scatter): what a checkpoint adds to a stage of
 // a tenth of a millisecond is tens of microseconds, which three rounds cannot tell from noise. And
 // each of their timed steps follows an untimed step of the same plan, as in training: a plan's
 // first step after another's pays for the caches that one left (measure_plans does the same).
@@ -318,7 +369,18 @@ InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOp
   bool warm_each = false;
   InStepRounds rounds;
   int wanted = options.repeats();
-  for (int r = -std::max(options.warmup(), 1); r < wanted; ++r) {  // at least one warm-up round: it times a round
+  Clock::time_point extra_since{};
+  for (int r = -std::max(options.warmup(), 1);; ++r) {  // at least one warm-up round: it times a round
+    if (r == wanted) extra_since = Clock::now();
+    if (r >= wanted) {
+      // Past those, rounds go on while what checkpointing adds to the step (each checkpointed
+      // plan's step over the plain one's, paired per round) scatters more than half the tolerance.
+      const double extra_seconds = std::chrono::duration<double>(Clock::now() - extra_since).count();
+      if (r >= kMaxRounds || extra_seconds >= options.in_step_seconds() ||
+          overheads_pinned(rounds, options.tolerance() / 2)) {
+        break;
+      }
+    }
     const auto start = Clock::now();
     std::vector<ItemTimes> times;
     for (const auto& plan : plans) {
@@ -336,6 +398,7 @@ InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOp
     rounds.singles.push_back(std::move(times[1]));
     rounds.pairs.push_back(std::move(times[2]));
   }
+  normalise_to_the_median_round(rounds);
   return rounds;
 }
 
@@ -357,9 +420,11 @@ double pooled_median(const std::vector<ItemTimes>& rounds, std::vector<double> I
 // is stage i's full forward and backward minus its graph-only ones (0 for the forward side).
 // Returns the median over rounds of the mean over pairs where the rounds pin it down to within
 // `fallback` (the fixed cost measured on a trivial function, outside a step: twice the standard
-// error at most); else, with stages whose noise exceeds a segment's cost, `fallback`.
+// error at most); else, with stages whose noise exceeds a segment's cost, `fallback`. `spread`: the
+// half-width of the estimate's interval.
 double segment_seconds_in_step(const InStepRounds& rounds, std::vector<double> ItemTimes::*times,
-                               const std::vector<double>& full_minus_end, double fallback) {
+                               const std::vector<double>& full_minus_end, double fallback, double& spread) {
+  spread = 0;
   std::vector<double> per_round;
   for (size_t r = 0; r < rounds.singles.size(); ++r) {
     const std::vector<double>& singles = rounds.singles[r].*times;
@@ -374,11 +439,22 @@ double segment_seconds_in_step(const InStepRounds& rounds, std::vector<double> I
     per_round.push_back(sum / static_cast<double>(count));
   }
   const double estimate = median(per_round);
-  std::vector<double> deviations;
-  for (const double v : per_round) deviations.push_back(std::abs(v - estimate));
-  const double standard_error =
-      1.253 * 1.4826 * median(deviations) / std::sqrt(static_cast<double>(per_round.size()));
-  return 2 * standard_error <= fallback ? std::max(0.0, estimate) : fallback;
+  spread = median_spread(per_round);
+  if (spread <= fallback) return std::max(0.0, estimate);
+  spread = fallback;  // the fallback is measured apart, on many pairs: known to about itself
+  return fallback;
+}
+
+// The relative spread over rounds of an item's forward + backward (its twins' rounds pooled).
+double relative_spread_in_step(const std::vector<ItemTimes>& rounds, const std::vector<size_t>& members) {
+  std::vector<double> values;
+  for (const size_t k : members) {
+    for (const auto& round : rounds) {
+      if (k < round.forward.size()) values.push_back(round.forward[k] + round.backward[k]);
+    }
+  }
+  const double centre = median(values);
+  return centre > 0 ? median_spread(values) / centre : 0.0;
 }
 
 // A stage timed alone pays per call what a step pays once (an autograd run of its own, the thread
@@ -407,6 +483,11 @@ void scale_to_step_times(Chain& chain, const at::Tensor& input, const ProfileOpt
     const double forward_ratio = ratio(pooled_median(rounds.plain, &ItemTimes::forward, twins[i]), measured_default.forward_seconds);
     const double backward_ratio =
         ratio(pooled_median(rounds.plain, &ItemTimes::backward, twins[i]), measured_default.backward_seconds);
+    // The stage's spread: its runs alone, scaled as its times are, and its in-step rounds (the
+    // step with it checkpointed by itself, whose times the recompute's costs come from), combined.
+    const double alone_seconds = measured_default.forward_seconds + measured_default.backward_seconds;
+    const double relative_alone = alone_seconds > 0 ? stage.spread_seconds / alone_seconds : 0.0;
+    const double relative_in_step = relative_spread_in_step(rounds.singles, twins[i]);
     stage.nograd_seconds *= forward_ratio;
     for (auto& o : stage.options) {
       for (StageRunCost* run : {static_cast<StageRunCost*>(&o), o.graph_only ? &*o.graph_only : nullptr}) {
@@ -416,13 +497,16 @@ void scale_to_step_times(Chain& chain, const at::Tensor& input, const ProfileOpt
       }
     }
     const StageOptionCost& o = stage.options.front();
+    stage.spread_seconds = std::hypot(relative_alone, relative_in_step) * (o.forward_seconds + o.backward_seconds);
     full_minus_end[i] = o.forward_seconds + o.backward_seconds - o.at_segment_end().forward_seconds -
                         o.at_segment_end().backward_seconds;
   }
-  table.segment_forward_seconds =
-      segment_seconds_in_step(rounds, &ItemTimes::forward, no_correction, table.segment_forward_seconds);
-  table.segment_backward_seconds =
-      segment_seconds_in_step(rounds, &ItemTimes::backward, full_minus_end, table.segment_backward_seconds);
+  double forward_spread = 0, backward_spread = 0;
+  table.segment_forward_seconds = segment_seconds_in_step(rounds, &ItemTimes::forward, no_correction,
+                                                          table.segment_forward_seconds, forward_spread);
+  table.segment_backward_seconds = segment_seconds_in_step(rounds, &ItemTimes::backward, full_minus_end,
+                                                           table.segment_backward_seconds, backward_spread);
+  table.segment_spread_seconds = std::hypot(forward_spread, backward_spread);
   for (size_t i = 0; i + 1 < n; ++i) {  // the last stage ends no segment: never checkpointed
     StageCost& stage = table.stages[i];
     const StageRunCost& end = stage.options.front().at_segment_end();
@@ -464,6 +548,14 @@ std::pair<double, double> segment_fixed_seconds(const at::Tensor& like, Checkpoi
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
   REMAT_CHECK(options.repeats() >= 1 && options.warmup() >= 0, "profile: repeats must be >= 1 and warmup >= 0.");
+  REMAT_CHECK(options.max_repeats() >= options.repeats(), "profile: max_repeats (", options.max_repeats(),
+              ") must be at least repeats (", options.repeats(), ").");
+  REMAT_CHECK(options.tolerance() > 0 && std::isfinite(options.tolerance()) && options.stage_seconds() >= 0 &&
+                  std::isfinite(options.stage_seconds()) && options.in_step_seconds() >= 0 &&
+                  std::isfinite(options.in_step_seconds()),
+              "profile: tolerance must be a positive fraction (0.05: 5%), stage_seconds and in_step_seconds finite ",
+              "and >= 0; got ", options.tolerance(), ", ", options.stage_seconds(), " and ", options.in_step_seconds(),
+              ".");
   REMAT_CHECK(input.defined(), "profile: the sample input is undefined.");
   REMAT_CHECK(c10::GradMode::is_enabled(), "profile: grad mode is disabled; profile outside torch::NoGradGuard.");
   const c10::Device device = input.device();
@@ -472,6 +564,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
   // Profiling runs every stage many times: the model's gradients, running statistics and the RNG
   // streams are put back afterwards, so planning leaves training exactly as it was.
   const detail::ChainStateGuard untouched(chain, input);
+  const TimingThreads threads(options.threads());
 
   // Every stage's real input: the chain run once without recording.
   std::vector<at::Tensor> activations;  // activations[i] is stage i's input
@@ -494,9 +587,10 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe);
     table.segment_bytes = std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
   }
-  table.source = "profiled on " + device.str() + ": median of " + std::to_string(options.repeats()) + " runs, " +
-                 std::to_string(at::get_num_threads()) + " threads" +
+  table.source = "profiled on " + device.str() + ": medians of " + std::to_string(options.repeats()) + " to " +
+                 std::to_string(options.max_repeats()) + " runs" +
                  (options.mode() == CheckpointMode::non_reentrant ? ", segment ends: non-reentrant early stop" : "");
+  table.threads = threads.description();
   // Twins (one signature, inputs of one shape) beyond the first few are not timed again: they take
   // the pooled costs of those (a stack of 300 identical layers times 4 of them, not 300).
   constexpr size_t kTimedTwins = 4;
@@ -529,11 +623,18 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     cost.name = table.stages[static_cast<size_t>(stage)].name;
     cost.block = table.stages[static_cast<size_t>(stage)].block;
     cost.parameter_bytes = table.stages[static_cast<size_t>(stage)].parameter_bytes;
+    cost.measured_rounds = 0;  // its twin's runs, not its own
     table.stages[static_cast<size_t>(stage)] = std::move(cost);
   }
   std::tie(table.segment_forward_seconds, table.segment_backward_seconds) =
       segment_fixed_seconds(input, options.mode(), device);
   scale_to_step_times(chain, input, options, device, table);
+  const std::vector<std::string> unstable = table.unstable_stages(options.tolerance());
+  if (!unstable.empty()) {
+    table.source += "; " + std::to_string(unstable.size()) + " stage" + (unstable.size() == 1 ? "" : "s") +
+                    " not within " + std::to_string(static_cast<int>(std::lround(options.tolerance() * 100))) +
+                    "% (e.g. '" + unstable.front() + "'): their spread widens the predictions";
+  }
   return table;
 }
 

@@ -56,7 +56,7 @@ nlohmann::json interpolate_json(const std::vector<nlohmann::json>& tables, const
     if (first.is_object()) {
       for (auto it = node.out->begin(); it != node.out->end(); ++it) {
         const std::string& key = it.key();
-        if (key == "source") continue;
+        if (key == "source" || key == "threads") continue;  // where they came from, not what they cost
         Node child{&it.value(), {}, node.where + "." + key};
         for (const nlohmann::json* t : node.in) {
           REMAT_CHECK(t->contains(key), "interpolate_costs: the profiles differ at ", child.where,

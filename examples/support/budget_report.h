@@ -33,13 +33,30 @@ struct ReportOptions {
   int measured_steps = 7;   // interleaved rounds per plan
   int profile_repeats = 3;
   int train_steps = 3;      // plain vs planned, for parameters and buffers
+  int choice_steps = 11;    // the measured choice's interleaved steps (choose_by_measurement)
   std::string train_budget = "50%";
 };
 
-/// "0.97 (<=)" or "1.03 (>)": the DP plan's paired step-time ratio to the best generic policy.
-inline std::string ratio_text(double ratio) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f %s", ratio, ratio <= 1.0 ? "(<=)" : "(>)");
+/// "0.97 [0.95, 1.00] <=": the chosen plan's paired step-time ratio to the best generic policy with
+/// its interval; "<=" no slower, "~" slower by less than the spread, ">" slower beyond it.
+inline std::string ratio_text(double ratio, double low, double high) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.2f [%.2f, %.2f] %s", ratio, low, high,
+                ratio <= 1.0 ? "<=" : low <= 1.0 ? "~" : ">");
+  return text;
+}
+
+/// "+12.3% ± 1.4"
+inline std::string overhead_text(double overhead, double spread) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%+.1f%% ± %.1f", 100 * overhead, 100 * spread);
+  return text;
+}
+
+/// "+12.3% [10.1, 14.0]"
+inline std::string interval_text(double overhead, double low, double high) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%+.1f%% [%+.1f, %+.1f]", 100 * overhead, 100 * low, 100 * high);
   return text;
 }
 
@@ -84,6 +101,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   const remat::CostTable& costs = model.costs;
   const remat::Plan plain = remat::Plan::plain(chain);
   std::cout << "measured cost table (" << costs.source << "):\n" << costs.to_table();
+  std::cout << "this program's threads: " << remat::cpu_threads() << "\n";
   std::cout << chain.size() << " stages; least feasible budget "
             << remat::format_bytes(remat::least_feasible_budget(costs)) << "\n";
 
@@ -93,9 +111,13 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   const remat::MeasurePeak measure_peak = [&](const remat::Plan& plan) {
     return remat::measure_plan_peak(chain, plan, x);
   };
+  // Then the measured choice, as plan_for_budget makes it: timed against the rules of thumb the
+  // cost model cannot separate from it, the fastest that fits kept.
+  const auto choice = remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::always).steps(options.choice_steps);
   std::vector<remat::PlanResult> optimal;
   for (const auto& budget : options.budgets) {
-    optimal.push_back(remat::plan_verified(costs, budget, {}, measure_peak).ensure_feasible());
+    optimal.push_back(remat::choose_by_measurement(
+        chain, costs, remat::plan_verified(costs, budget, {}, measure_peak).ensure_feasible(), x, choice));
   }
   // The same budgets planned without the generic option: measured in the same series, after them.
   const remat::CostTable costs_without = without_selective_option(costs);
@@ -122,8 +144,10 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
             << remat::format_bytes(none.activation_peak_bytes) << "; step predicted "
             << optimal.front().unchecked.step_seconds << " s, measured " << none.step_seconds << " s\n\n";
 
-  remat::Table budgets({"budget", "predicted", "measured", "error", "re-plans", "pred. ovh", "meas. ovh", "sac chosen",
-                        "without sac: measured", "meas. ovh", "best generic that fits", "its ovh", "DP/it", "gradients"});
+  std::cout << "steps measured under " << none.threads << "\n";
+  remat::Table budgets({"budget", "predicted", "measured", "error", "re-plans", "chosen", "pred. ovh", "meas. ovh [95%]",
+                        "in spread", "sac", "without sac: measured", "meas. ovh", "best generic that fits", "its ovh",
+                        "chosen/it [95%]", "gradients"});
   for (size_t b = 0; b < budget_count; ++b) {
     const remat::BudgetComparison& bc = c.budgets[b];
     const remat::PlanResult& p = bc.optimal;
@@ -138,18 +162,25 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
     failures += v.bitwise_equal() ? 0 : 1;
     const double error = static_cast<double>(p.prediction.peak_bytes - m.activation_peak_bytes) /
                          static_cast<double>(m.activation_peak_bytes);
+    const remat::MeasuredChoice& mc = p.measured_choice;
     budgets.add_row({options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
                      remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), remat::percent(error),
-                     std::to_string(p.replans), remat::percent(p.predicted_overhead()), remat::percent(bc.measured.overhead),
-                     sac_chosen ? "yes" : "no", remat::format_bytes(w.measured.measured.activation_peak_bytes) + (w.fits ? "" : "!"),
+                     std::to_string(p.replans), mc.measured && mc.chosen > 0 ? mc.candidates[mc.chosen].name : "DP",
+                     overhead_text(p.predicted_overhead(), p.predicted_overhead_spread()),
+                     interval_text(bc.measured.overhead, bc.measured.overhead_low, bc.measured.overhead_high),
+                     bc.prediction_within_spread ? "yes" : "no", sac_chosen ? "yes" : "no",
+                     remat::format_bytes(w.measured.measured.activation_peak_bytes) + (w.fits ? "" : "!"),
                      remat::percent(w.measured.overhead), best_name,
                      bc.best_policy ? remat::percent(c.policies[*bc.best_policy].overhead) : "-",
-                     bc.best_policy ? ratio_text(bc.ratio_to_best_policy) : "-",
+                     bc.best_policy ? ratio_text(bc.ratio_to_best_policy, bc.ratio_to_best_policy_low,
+                                                 bc.ratio_to_best_policy_high)
+                                    : "-",
                      v.bitwise_equal() ? "bitwise equal" : "DIFFER " + std::to_string(v.max_gradient_difference())});
   }
   budgets.print(std::cout);
   for (size_t b = 0; b < budget_count; ++b) {
     std::cout << "plan at " << options.budgets[b] << ": " << c.budgets[b].optimal.plan.to_string() << "\n"
+              << "   measured choice: " << c.budgets[b].optimal.measured_choice.reason << "\n"
               << "   without sac: " << c.budgets[budget_count + b].optimal.plan.to_string() << "\n";
   }
   std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(none.activation_peak_bytes) << "):\n";
@@ -263,6 +294,7 @@ inline ReportOptions report_options(int argc, char** argv) {
   if (quick_mode(argc, argv)) {
     options.measured_steps = 1;
     options.profile_repeats = 1;
+    options.choice_steps = 1;
   }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--steps") options.measured_steps = std::max(1, std::atoi(argv[i + 1]));

@@ -8,18 +8,44 @@
 //
 // The plan is the optimal planner's (planner.h) on the measured cost table (profiler.h), then
 // verified: run for one measured step, and while its measured peak passes the budget, planned again
-// for a budget lowered by the overshoot (plan_verified). A budget no plan measures within is an
+// for a budget lowered by the overshoot (plan_verified); then, where the cost model cannot tell it
+// from a rule of thumb that fits (their predictions within the noise), timed against those in a
+// short interleaved series, the fastest kept (choose_by_measurement). A budget no plan measures within is an
 // error naming the least budget that measured feasible. To keep the status instead, profile_chain
 // then plan_verified (or plan_optimal, unmeasured).
 #pragma once
 
 #include <functional>
+#include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
 #include "remat/planner.h"
+#include "remat/threads.h"
 
 namespace remat {
+
+/// When the planned plan is timed against the rules of thumb nearest it (choose_by_measurement).
+enum class ChooseByMeasurement {
+  automatic,  ///< where the series is predicted to take at most MeasuredChoiceOptions::max_seconds
+  always,
+  never,
+};
+
+struct MeasuredChoiceOptions {
+  TORCH_ARG(ChooseByMeasurement, when) = ChooseByMeasurement::automatic;
+  /// The most rules of thumb timed against the plan: the fastest predicted of those predicted to
+  /// fit and to lie within the noise of the plan (its and their spreads, or `margin`).
+  TORCH_ARG(int, candidates) = 3;
+  /// Interleaved measured steps per plan.
+  TORCH_ARG(int, steps) = 11;
+  /// `automatic`: measure only where (1 + candidates) x (steps + 1) predicted steps take at most this.
+  TORCH_ARG(double, max_seconds) = 10.0;
+  /// A rule of thumb predicted slower than the plan by more than this share of the unchecked step,
+  /// and by more than the predictions' spreads, is not timed: the cost model separates them.
+  TORCH_ARG(double, margin) = 0.03;
+};
 
 struct BudgetPlanOptions {
   /// Measured profiling runs per stage and option; times are their medians.
@@ -36,6 +62,10 @@ struct BudgetPlanOptions {
   /// Offer the planner the generic option "sac" on every stage (kSelectiveOption, chain.h):
   /// profiled with the others, chosen where it pays.
   TORCH_ARG(bool, selective_option) = true;
+  /// The verified plan timed against the nearest rules of thumb, the fastest kept.
+  TORCH_ARG(MeasuredChoiceOptions, choice) = {};
+  /// Oversubscribed CPU threads rearranged while profiling and measuring (threads.h).
+  TORCH_ARG(ThreadsWhileTiming, threads) = ThreadsWhileTiming::arranged;
 
  public:
   /// The planner's part of these options.
@@ -59,10 +89,37 @@ PlanResult plan_verified(const CostTable& costs, const Budget& budget, const Pla
 /// from a gradient of ones the size of its output, as a loss's gradient would be.
 int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& sample_input);
 
+/// A candidate plan beside the planned one.
+struct CandidatePlan {
+  std::string name;
+  Plan plan;
+};
+
+/// Times `planned` (a feasible result on `costs`) against `candidates` in `steps` interleaved steps
+/// on `sample_input`, and keeps the fastest whose measured peak fits the budget and whose paired step
+/// ratio to `planned` lies below 1 with its whole ~95% interval (else `planned`): the result's plan, prediction and measured peak are the
+/// kept one's, and measured_choice says what was timed and what it measured.
+PlanResult choose_fastest(Chain& chain, const CostTable& costs, PlanResult planned,
+                          const std::vector<CandidatePlan>& candidates, const at::Tensor& sample_input, int steps,
+                          ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
+
+/// The generic rules of thumb (generic_policy_candidates, planner.h) that the cost model cannot
+/// separate from `planned`: predicted to fit its budget and to be at most `margin` of the unchecked
+/// step (or the predictions' spreads) slower; the fastest predicted first, `options.candidates()` at most.
+std::vector<CandidatePlan> nearest_rules_of_thumb(const Chain& chain, const CostTable& costs, const PlanResult& planned,
+                                                  const MeasuredChoiceOptions& options = {});
+
+/// `planned` timed against nearest_rules_of_thumb (choose_fastest) when `options.when()` says so;
+/// otherwise returned with measured_choice.reason saying why not.
+PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResult planned,
+                                 const at::Tensor& sample_input, const MeasuredChoiceOptions& options = {},
+                                 ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
+
 /// Profiles `chain` on `sample_input` (the model's input; the chain's loss, if it has one, set up
 /// for it), plans for `budget` and verifies the plan on it (max_replans). Profiling and measuring
 /// leave the model's gradients, buffers and the RNG streams as they were. Throws when no plan fits,
-/// naming the least feasible budget.
+/// naming the least feasible budget. The verified plan is then timed against the nearest rules of
+/// thumb where that is cheap (BudgetPlanOptions::choice, choose_by_measurement).
 PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options = {});
 

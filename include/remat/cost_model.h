@@ -68,8 +68,18 @@ struct StageCost {
   /// stage checkpointed by itself); on two CPU cores about 1.5 µs a parameter tensor, which
   /// decides between plans where stages take a tenth of a millisecond. 0 in older tables.
   double recompute_extra_seconds = 0;
+  /// How well the profiler pinned the stage's time down: the half-width of an approximate 95%
+  /// interval of its default option's forward + backward seconds within a step (its repeats alone
+  /// and its in-step rounds, combined); 0 in older tables. The simulator scales it to what a plan
+  /// charges the stage (Prediction::step_seconds_spread).
+  double spread_seconds = 0;
+  /// Measured runs behind its times (the profiler repeats a noisy stage: ProfileOptions::tolerance);
+  /// 0 where the table was read from a file or copied from a twin.
+  int measured_rounds = 0;
 
   const StageOptionCost& option(const std::string& name) const;
+  /// spread_seconds relative to the default option's forward + backward (0 where they are 0).
+  double relative_spread() const;
 };
 
 /// Costs of a whole chain, with where they came from (measured or estimated).
@@ -88,6 +98,15 @@ struct CostTable {
   /// the planner charge both once per segment. 0 in tables written before it existed.
   double segment_forward_seconds = 0, segment_backward_seconds = 0;
   double segment_seconds() const { return segment_forward_seconds + segment_backward_seconds; }
+  /// The half-width of an approximate 95% interval of segment_seconds(); 0 where unknown.
+  double segment_spread_seconds = 0;
+  /// The CPU threads the times were measured under (TimingThreads::description, threads.h); empty
+  /// in older tables.
+  std::string threads;
+
+  /// Stages whose spread_seconds exceeds `tolerance` of their time: the profiler could not pin them
+  /// down within its limits (ProfileOptions::tolerance, max_repeats, stage_seconds).
+  std::vector<std::string> unstable_stages(double tolerance) const;
 
   std::string to_json() const;
   static CostTable from_json(const std::string& text, const std::string& source_name = "profile");
@@ -105,7 +124,21 @@ struct Prediction {
   int64_t peak_bytes = 0;     ///< activation peak, relative to what is held before the forward
   double step_seconds = 0;    ///< forward + backward + recomputes
   int64_t recomputed_stages = 0;
+  int64_t segments = 0;           ///< checkpointed segments the plan runs
+  /// The half-width of an approximate 95% interval of step_seconds, from the stages' and the
+  /// segments' spreads (StageCost::spread_seconds scaled to what the plan charges each stage;
+  /// stages independent, segments alike).
+  double step_seconds_spread = 0;
+  /// Per stage: the seconds the plan charges it (its runs and recomputes) and their spread.
+  std::vector<double> stage_seconds, stage_spread_seconds;
+  /// segments × CostTable::segment_spread_seconds.
+  double segment_spread_seconds = 0;
 };
+
+/// The half-width of an approximate 95% interval of `plan`'s predicted overhead over `unchecked`
+/// (both simulated on one table): what the plan charges beyond the unchecked step, each stage's
+/// part with its relative spread, so that the stages both run alike cancel.
+double predicted_overhead_spread(const Prediction& plan, const Prediction& unchecked);
 
 /// The simulator every planner, test and benchmark shares. Plans whose checkpointed segments end
 /// at the end of their enclosing range are accepted and costed as written.

@@ -30,6 +30,8 @@ struct MeasuredPlan {
   std::string name;
   PlanMeasurement measured;
   double overhead = 0;  ///< paired step-time ratio to the unchecked plan, minus one
+  /// The ~95% interval of `overhead` over the rounds (PairedRatio, plan_measurement.h).
+  double overhead_low = 0, overhead_high = 0;
 };
 
 struct BudgetComparison {
@@ -40,6 +42,11 @@ struct BudgetComparison {
   std::optional<size_t> best_policy;
   /// The optimal plan's paired step-time ratio to that policy's (1 when none fits): <= 1, no slower.
   double ratio_to_best_policy = 1;
+  /// The ~95% interval of that ratio over the rounds.
+  double ratio_to_best_policy_low = 1, ratio_to_best_policy_high = 1;
+  /// The predicted overhead lies within the measured interval widened by the prediction's own
+  /// spread (PlanResult::predicted_overhead_spread): no difference the noise does not explain.
+  bool prediction_within_spread = false;
 };
 
 struct MeasuredComparison {

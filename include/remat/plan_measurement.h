@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "remat/plan.h"
+#include "remat/threads.h"
 
 namespace remat {
 
@@ -23,6 +24,8 @@ struct PlanMeasurement {
   int64_t activation_peak_bytes = 0;     ///< the largest over the measured steps
   double step_seconds = 0;               ///< median forward + backward
   std::vector<double> all_step_seconds;  ///< every measured step, in order
+  /// The CPU threads the steps ran under (TimingThreads::description, threads.h).
+  std::string threads;
 };
 
 /// Called before each step: round 0 is the warm-up, 1..steps are measured; `plan` indexes plans.
@@ -33,10 +36,12 @@ using MeasureProgress = std::function<void(int round, int rounds, size_t plan)>;
 /// as between training steps) before each step. Where a step takes under 50 ms, each timed step
 /// follows an untimed one of the same plan, as in training: a plan's first step after another's
 /// pays for the caches that one left (a few percent of a step of tenth-of-a-millisecond stages).
-/// `chain_for` gives the chain a plan runs on.
+/// `chain_for` gives the chain a plan runs on. Oversubscribed CPU threads are rearranged while it
+/// measures (`threads`) and put back after (threads.h).
 std::vector<PlanMeasurement> measure_plans(const std::function<Chain&(const Plan&)>& chain_for,
                                            const std::vector<Plan>& plans, const at::Tensor& input, int steps,
-                                           const MeasureProgress& progress = {});
+                                           const MeasureProgress& progress = {},
+                                           ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
 /// One plan on its own chain and input, for measure_runs.
 struct PlanRun {
   Chain* chain = nullptr;
@@ -50,15 +55,27 @@ struct PlanRun {
 /// whose input differs in shape from the run before it takes an untimed step first, so that each
 /// is timed as a training loop of its shape runs it.
 std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int steps,
-                                          const MeasureProgress& progress = {});
+                                          const MeasureProgress& progress = {},
+                                          ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
 /// The same, every plan on one chain.
 std::vector<PlanMeasurement> measure_plans(Chain& chain, const std::vector<Plan>& plans, const at::Tensor& input,
-                                           int steps, const MeasureProgress& progress = {});
+                                           int steps, const MeasureProgress& progress = {},
+                                           ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
 
 /// Step time of `plan` relative to `baseline` (1.25: 25% slower), as the median over rounds of the
 /// ratio of the two steps measured in the same round: the machine's drift between rounds cancels,
 /// where a ratio of two medians carries it (on a shared machine, ten points and more).
 double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& baseline);
+
+/// The per-round ratios' median with its spread: a distribution-free interval of the median (about
+/// 95%; with fewer than six rounds, the extremes).
+struct PairedRatio {
+  double median = 1, low = 1, high = 1;
+  size_t rounds = 0;
+  /// `ratio` lies within [low - margin, high + margin].
+  bool contains(double ratio, double margin = 0) const { return ratio >= low - margin && ratio <= high + margin; }
+};
+PairedRatio paired_time_ratios(const PlanMeasurement& plan, const PlanMeasurement& baseline);
 
 /// Of `candidates` (indices into `measured`), the one with the least paired time ratio to
 /// `measured[baseline]` among those whose measured activation peak is at most `budget_bytes`.

@@ -50,6 +50,27 @@ enum class PlannerKind { optimal, revolve, chen, policy };
 /// "optimal", "revolve", "chen" or "policy".
 std::string to_string(PlannerKind kind);
 
+/// A plan timed against the rules of thumb nearest it, and the one kept (choose_by_measurement,
+/// budget_planner.h).
+struct MeasuredChoice {
+  struct Candidate {
+    std::string name;  ///< "planned" for the planner's own plan, else the policy
+    std::string plan;  ///< Plan::to_string
+    double predicted_overhead = 0, predicted_overhead_spread = 0;
+    /// Step time over the planned plan's, paired per round: median and ~95% interval.
+    double ratio = 1, ratio_low = 1, ratio_high = 1;
+    int64_t measured_peak_bytes = -1;
+    bool fits = false;  ///< measured peak within the budget
+  };
+  bool measured = false;
+  /// Why it was or was not measured, and what it kept.
+  std::string reason;
+  std::vector<Candidate> candidates;  ///< [0]: the planner's own plan
+  size_t chosen = 0;                  ///< index into candidates
+  int steps = 0;                      ///< interleaved steps per candidate
+  double seconds = 0;                 ///< what the measured series took
+};
+
 /// What a planner chose for one budget.
 struct PlanResult {
   PlannerKind planner = PlannerKind::optimal;
@@ -69,9 +90,16 @@ struct PlanResult {
   int64_t measured_peak_bytes = -1;
   /// How many times verification planned again, each time for a budget lowered by the overshoot.
   int replans = 0;
+  /// The CPU threads the costs were timed under (CostTable::threads); empty where unknown.
+  std::string timed_under;
+  /// Where the plan was timed against its nearest rules of thumb (choose_by_measurement); its
+  /// `measured` is false where it was not.
+  MeasuredChoice measured_choice;
 
   /// Predicted step time over the unchecked plan's, minus one (0.05 = 5% slower).
   double predicted_overhead() const;
+  /// The half-width of a ~95% interval of predicted_overhead() (predicted_overhead_spread).
+  double predicted_overhead_spread() const;
   /// Returns *this when feasible; otherwise throws a clear error naming the least feasible budget.
   const PlanResult& ensure_feasible() const;
 };

@@ -8,7 +8,8 @@
 // segment runs: Chain::forward_stage_graph_only, or for non-reentrant plans the forward stopped at
 // its last saved tensor), and a forward as a checkpointed segment runs it
 // (graph recorded, saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
-// times are medians of `repeats` runs after `warmup` runs. Parameter gradients are allocated by
+// times are medians of at least `repeats` runs after `warmup` runs, more for a stage whose
+// runs scatter (ProfileOptions::tolerance), and each stage's spread is kept (StageCost::spread_seconds). Parameter gradients are allocated by
 // the warm-up, as they are in training after the first step. Gradients, buffers and RNG streams are
 // restored afterwards: profiling leaves the model as it was. Stages with one signature
 // (Chain::stage_signature) and the same sizes get one time, the median of theirs (gradients that exist are copied aside
@@ -24,7 +25,8 @@
 // forward its recompute_extra_seconds, and a pair against its two singles gives what a segment
 // costs by itself (CostTable::segment_forward_seconds, segment_backward_seconds), where the rounds
 // pin that down; elsewhere a checkpoint of a trivial function against the function run plainly
-// stands in. Short steps get up to about a second of rounds (docs/planner.md).
+// stands in. Short steps get up to about a second of rounds (docs/planner.md). Oversubscribed CPU
+// threads are rearranged while it times and put back (threads.h; CostTable::threads says how).
 #pragma once
 
 #include <torch/arg.h>
@@ -32,12 +34,28 @@
 #include "remat/chain.h"
 #include "remat/checkpoint.h"
 #include "remat/cost_model.h"
+#include "remat/threads.h"
 
 namespace remat {
 
 struct ProfileOptions {
-  /// Measured runs per stage and option, and the fewest in-step rounds; times are their medians.
+  /// The fewest measured runs per stage and option, and the fewest in-step rounds; times are medians.
   TORCH_ARG(int, repeats) = 3;
+  /// A stage is run again (round after round, all its options) until its forward + backward is
+  /// pinned down to within this fraction (the half-width of a ~95% interval of the median), ...
+  TORCH_ARG(double, tolerance) = 0.05;
+  /// ... or it has this many measured runs, ...
+  TORCH_ARG(int, max_repeats) = 15;
+  /// ... or its runs beyond `repeats` have taken this many seconds. A stage still unstable is
+  /// named in CostTable::source, and its spread (StageCost::spread_seconds) widens what the plans
+  /// running it predict.
+  TORCH_ARG(double, stage_seconds) = 1.0;
+  /// The rounds of whole steps (plain, stages checkpointed alone and in pairs) go on past the
+  /// fewest while what checkpointing adds to the step scatters more than half the tolerance, up to
+  /// 41 rounds or this many seconds of them.
+  TORCH_ARG(double, in_step_seconds) = 4.0;
+  /// Oversubscribed CPU threads are rearranged while profiling and put back after (threads.h).
+  TORCH_ARG(ThreadsWhileTiming, threads) = ThreadsWhileTiming::arranged;
   /// Unmeasured runs first (allocations, caches).
   TORCH_ARG(int, warmup) = 1;
   /// The checkpoint mode the segment-end ("graph-only") costs are for. Reentrant: the stage's

@@ -5,7 +5,8 @@
 //   planning          chain.h, sequential_chain.h (your model as a chain), plan.h, policies.h,
 //                     budget.h, cost_model.h, profiler.h, planner.h, budget_planner.h, planned.h,
 //                     plan_request.h (a policy, a plan file or a budget: one decision),
-//                     plan_measurement.h, plan_comparison.h (measured: the planner against policies)
+//                     plan_measurement.h, plan_comparison.h (measured: the planner against policies),
+//                     threads.h (the CPU threads it times under)
 //   accounting        memory.h, memory_timeline.h
 //   inside operations ops/attention.h, ops/dropout.h
 //   data parallel     distributed.h
@@ -36,4 +37,5 @@
 #include "remat/profiler.h"
 #include "remat/selective.h"
 #include "remat/sequential_chain.h"
+#include "remat/threads.h"
 #include "remat/throughput.h"

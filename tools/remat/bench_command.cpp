@@ -241,7 +241,7 @@ void run_bench(BenchFlags& flags) {
   r.strategies = make_strategies(&costs, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
-  r.threads = set_cpu_threads(options.threads);
+  r.threads = set_cpu_threads(options.threads).to_string();
   r.title = model_title(options);
 
   r.measured = measure_strategies(sample, r.strategies, flags);

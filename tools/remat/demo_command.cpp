@@ -58,7 +58,7 @@ void run_demo(DemoFlags& flags) {
   REMAT_CHECK(o.dropout >= 0 && o.dropout <= 0.99, "--dropout must be in [0, 0.99], got ", o.dropout, ".");
   REMAT_CHECK(o.threads >= 1 && o.threads <= 256, "--threads must be in [1, 256], got ", o.threads, ".");
   std::ostream& out = human_output(flags.json);
-  const std::string threads = set_cpu_threads(o.threads);
+  const std::string threads = set_cpu_threads(o.threads).to_string();
   install_cpu_memory_tracker();
   torch::manual_seed(o.seed);
   models::LayerStack stack(o.layers, o.channels, o.dropout);

@@ -153,7 +153,7 @@ void load_model_optimizer_and_rng(const fs::path& state, models::Gpt& model, tor
 
 Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   check_options(options_);
-  threads_description_ = set_cpu_threads(options_.threads);
+  threads_description_ = set_cpu_threads(options_.threads).to_string();
   install_cpu_memory_tracker();
 
   // Everything that can be wrong with the input is checked before any state is touched.

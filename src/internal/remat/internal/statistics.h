@@ -1,9 +1,11 @@
 // remat/internal/statistics.h — the one median remat's measurements use (times of repeated runs),
-// and the micro-benchmarks' per-call timer.
+// its spread and interval, and the micro-benchmarks' per-call timer.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <utility>
 #include <vector>
 
 namespace remat {
@@ -16,6 +18,29 @@ inline double median(std::vector<double> values) {
   if (values.size() % 2 == 1) return values[mid];
   const double upper = values[mid];
   return 0.5 * (*std::max_element(values.begin(), values.begin() + mid) + upper);
+}
+
+/// The half-width of an approximate 95% interval of the median of `values`: twice its standard
+/// error from the median absolute deviation (robust to the one slow run a shared machine gives);
+/// 0 for fewer than two values.
+inline double median_spread(const std::vector<double>& values) {
+  if (values.size() < 2) return 0.0;
+  const double centre = median(values);
+  std::vector<double> deviations;
+  deviations.reserve(values.size());
+  for (const double v : values) deviations.push_back(std::abs(v - centre));
+  // 1.4826: MAD to standard deviation (normal); 1.253: the median's standard error over the mean's.
+  return 2 * 1.253 * 1.4826 * median(deviations) / std::sqrt(static_cast<double>(values.size()));
+}
+
+/// A distribution-free interval of the median of `values` (order statistics, about 95%: the
+/// extremes for fewer than six values); {0, 0} when empty.
+inline std::pair<double, double> median_interval(std::vector<double> values) {
+  if (values.empty()) return {0.0, 0.0};
+  std::sort(values.begin(), values.end());
+  const double n = static_cast<double>(values.size());
+  const auto k = static_cast<size_t>(std::max(0.0, std::floor((n - 1.96 * std::sqrt(n)) / 2)));
+  return {values[k], values[values.size() - 1 - k]};
 }
 
 /// Seconds per call of `f`, over `calls` calls in a row (the micro-benchmarks' timer).

@@ -15,7 +15,7 @@
 
 #include <torch/optim/adamw.h>
 
-#include "remat/internal/process.h"
+#include "remat/threads.h"
 #include "remat/plan_request.h"
 #include "remat/planner.h"
 #include "remat/models/gpt.h"

@@ -1,0 +1,303 @@
+// Timing a user can trust: the CPU threads as the user set them (detected, rearranged while timing,
+// put back), a profile that knows each stage's noise (a noisy stage gets more runs and a wider
+// interval), and a choice by measurement between plans the cost model cannot tell apart.
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "remat/budget_planner.h"
+#include "remat/plan_measurement.h"
+#include "remat/policies.h"
+#include "remat/profiler.h"
+#include "remat/sequential_chain.h"
+#include "remat/threads.h"
+
+namespace nn = torch::nn;
+
+namespace {
+
+// Puts the process's threads back however a test ends.
+struct KeepThreads {
+  remat::CpuThreads saved = remat::cpu_threads();
+  ~KeepThreads() { remat::restore_cpu_threads(saved); }
+};
+
+// The arrangement LibTorch's defaults give a program on this machine, oversubscribed wherever
+// OpenBLAS has its pool: both pools a thread per CPU (two at least).
+remat::CpuThreads oversubscribed_arrangement() {
+  remat::CpuThreads threads = remat::cpu_threads();
+  threads.intra_op = std::max(2, threads.cpus);
+  if (threads.blas > 0) threads.blas = std::max(2, threads.cpus);
+  return threads;
+}
+
+// A stage that sleeps in its forward (`milliseconds` gives each call's duration) and records the
+// threads it ran under; its output is its input times a parameter, so that it has a backward.
+struct SleepyImpl : nn::Module {
+  explicit SleepyImpl(std::function<double()> milliseconds)
+      : milliseconds_(std::move(milliseconds)), scale(register_parameter("scale", torch::ones({1}))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    seen = remat::cpu_threads();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(milliseconds_()));
+    return x * scale;
+  }
+  std::function<double()> milliseconds_;
+  at::Tensor scale;
+  remat::CpuThreads seen;
+};
+TORCH_MODULE(Sleepy);
+
+// Distinct classes: distinct stage signatures, so the profiler does not pool their times as twins.
+struct QuietImpl : SleepyImpl {
+  using SleepyImpl::SleepyImpl;
+};
+TORCH_MODULE(Quiet);
+struct NoisyImpl : SleepyImpl {
+  using SleepyImpl::SleepyImpl;
+};
+TORCH_MODULE(Noisy);
+
+// Uniform in [0, 10) ms, the same sequence on every run.
+std::function<double()> scattered() {
+  auto state = std::make_shared<uint64_t>(12345);
+  return [state] {
+    *state = *state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return 10.0 * static_cast<double>(*state >> 11) / static_cast<double>(1ULL << 53);
+  };
+}
+
+std::function<double()> steady(double milliseconds) {
+  return [milliseconds] { return milliseconds; };
+}
+
+at::Tensor sample() { return torch::randn({4, 8}); }
+
+remat::LossFunction sum_loss() {
+  return [](const at::Tensor& y) { return y.sum(); };
+}
+
+}  // namespace
+
+TEST(Threads, OversubscribedMeansBothPoolsAboveOneAndMoreThreadsThanCpus) {
+  EXPECT_TRUE((remat::CpuThreads{2, 2, 2}).oversubscribed());
+  EXPECT_TRUE((remat::CpuThreads{4, 4, 4}).oversubscribed());
+  EXPECT_FALSE((remat::CpuThreads{2, 1, 2}).oversubscribed());  // set_cpu_threads(2)
+  EXPECT_FALSE((remat::CpuThreads{2, 2, 1}).oversubscribed());
+  EXPECT_FALSE((remat::CpuThreads{2, 2, 0}).oversubscribed());  // no BLAS pool of its own
+  EXPECT_FALSE((remat::CpuThreads{4, 2, 2}).oversubscribed());
+  EXPECT_EQ((remat::CpuThreads{2, 2, 2}).to_string(),
+            "2 LibTorch intra-op + 2 OpenBLAS threads on 2 CPUs (oversubscribed)");
+  EXPECT_EQ((remat::CpuThreads{1, 1, 0}).to_string(), "1 LibTorch intra-op thread on 1 CPU");
+}
+
+TEST(Threads, SetCpuThreadsGivesTheCoresToOneArrangementAndRefusesMoreThanTheCpus) {
+  KeepThreads keep;
+  const int cpus = remat::usable_cpus();
+  const remat::CpuThreads set = remat::set_cpu_threads(cpus);
+  EXPECT_FALSE(set.oversubscribed()) << set;
+  EXPECT_EQ(set, remat::cpu_threads());
+  if (set.blas > 0) {
+    EXPECT_EQ(set.intra_op, 1);
+    EXPECT_EQ(set.blas, cpus);
+  } else {
+    EXPECT_EQ(set.intra_op, cpus);
+  }
+  try {
+    remat::set_cpu_threads(cpus + 1);
+    FAIL() << "more threads than CPUs accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("may run on " + std::to_string(cpus)), std::string::npos)
+        << e.what_without_backtrace();
+  }
+  EXPECT_THROW(remat::set_cpu_threads(0), c10::Error);
+}
+
+TEST(Threads, TheProfilerTimesUnderTheArrangementAndPutsTheCallersBack) {
+  KeepThreads keep;
+  nn::Sequential net(nn::Linear(8, 8), Quiet(steady(0)));
+  remat::SequentialChain chain(net, sum_loss());
+  const remat::CpuThreads users = oversubscribed_arrangement();
+  remat::restore_cpu_threads(users);
+  ASSERT_EQ(remat::cpu_threads(), users);
+  const remat::CostTable costs = remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(1));
+  const remat::CpuThreads seen = net[1]->as<QuietImpl>()->seen;  // during the profile's last stage runs
+  EXPECT_EQ(remat::cpu_threads(), users) << "the caller's threads were not put back";
+  if (users.oversubscribed()) {
+    EXPECT_FALSE(seen.oversubscribed()) << seen;
+    EXPECT_NE(costs.threads.find("put back"), std::string::npos) << costs.threads;
+    EXPECT_NE(costs.threads.find(users.to_string()), std::string::npos) << costs.threads;
+  } else {  // no OpenBLAS pool here: nothing to rearrange
+    EXPECT_EQ(seen, users);
+    EXPECT_EQ(costs.threads, users.to_string());
+  }
+  // As found, when asked: the profile then times the oversubscribed arrangement itself.
+  const remat::CostTable as_found = remat::profile_chain(
+      chain, sample(), remat::ProfileOptions().repeats(1).threads(remat::ThreadsWhileTiming::as_found));
+  EXPECT_EQ(net[1]->as<QuietImpl>()->seen, users);
+  EXPECT_EQ(as_found.threads, users.to_string());
+}
+
+TEST(Threads, MeasurePlansTimesUnderTheArrangementAndPutsTheCallersBack) {
+  KeepThreads keep;
+  nn::Sequential net(nn::Linear(8, 8), Quiet(steady(0)));
+  remat::SequentialChain chain(net, sum_loss());
+  const remat::CpuThreads users = oversubscribed_arrangement();
+  remat::restore_cpu_threads(users);
+  const auto measured = remat::measure_plans(chain, {remat::Plan::plain(chain)}, sample(), 2);
+  const remat::CpuThreads seen = net[1]->as<QuietImpl>()->seen;
+  EXPECT_EQ(remat::cpu_threads(), users);
+  EXPECT_EQ(seen.oversubscribed(), false) << seen;
+  EXPECT_EQ(measured[0].threads.find("put back") != std::string::npos, users.oversubscribed()) << measured[0].threads;
+  remat::measure_plans(chain, {remat::Plan::plain(chain)}, sample(), 1, {}, remat::ThreadsWhileTiming::as_found);
+  EXPECT_EQ(net[1]->as<QuietImpl>()->seen, users);
+}
+
+TEST(Profiler, ANoisyStageGetsMoreRunsAndAWiderInterval) {
+  torch::manual_seed(0);
+  nn::Sequential net(nn::Linear(8, 8), Quiet(steady(3)), Noisy(scattered()));
+  remat::SequentialChain chain(net, sum_loss());
+  const auto options =
+      remat::ProfileOptions().repeats(3).max_repeats(15).tolerance(0.25).stage_seconds(5).in_step_seconds(1);
+  const remat::CostTable costs = remat::profile_chain(chain, sample(), options);
+  const remat::StageCost& quiet = costs.stages[1];
+  const remat::StageCost& noisy = costs.stages[2];
+  // A 3 ms sleep is pinned down within 25% by its first runs; sleeps scattered over 0-10 ms are not
+  // within 15, the most allowed.
+  EXPECT_EQ(noisy.measured_rounds, 15);
+  EXPECT_LT(quiet.measured_rounds, noisy.measured_rounds);
+  EXPECT_GT(noisy.relative_spread(), 0.25);
+  EXPECT_GT(noisy.relative_spread(), 2 * quiet.relative_spread());
+  const std::vector<std::string> unstable = costs.unstable_stages(0.25);
+  EXPECT_NE(std::find(unstable.begin(), unstable.end(), noisy.name), unstable.end());
+  EXPECT_NE(costs.source.find("not within 25%"), std::string::npos) << costs.source;
+  // A plan recomputing the noisy stage predicts a wider interval than one recomputing the quiet one.
+  const remat::Plan plain = remat::Plan::plain(chain);
+  remat::Plan recompute_quiet = plain, recompute_noisy = plain;
+  recompute_quiet.items = {remat::PlanItem::run(0), remat::PlanItem::checkpointed({remat::PlanItem::run(1)}),
+                           remat::PlanItem::run(2), remat::PlanItem::run(3)};
+  recompute_noisy.items = {remat::PlanItem::run(0), remat::PlanItem::run(1),
+                           remat::PlanItem::checkpointed({remat::PlanItem::run(2)}), remat::PlanItem::run(3)};
+  const remat::Prediction unchecked = remat::simulate(plain, costs);
+  const double quiet_spread = remat::predicted_overhead_spread(remat::simulate(recompute_quiet, costs), unchecked);
+  const double noisy_spread = remat::predicted_overhead_spread(remat::simulate(recompute_noisy, costs), unchecked);
+  EXPECT_GT(noisy_spread, 2 * quiet_spread);
+  EXPECT_GT(remat::simulate(recompute_noisy, costs).step_seconds_spread, unchecked.step_seconds_spread * 0.5);
+  // The spread survives a round trip through the table's file format.
+  const remat::CostTable read = remat::CostTable::from_json(costs.to_json());
+  EXPECT_DOUBLE_EQ(read.stages[2].spread_seconds, noisy.spread_seconds);
+  EXPECT_EQ(read.threads, costs.threads);
+}
+
+TEST(Profiler, RefusesToleranceAndRepeatsThatCannotWork) {
+  nn::Sequential net(nn::Linear(8, 8));
+  remat::SequentialChain chain(net, sum_loss());
+  EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(5).max_repeats(3)), c10::Error);
+  EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().tolerance(0)), c10::Error);
+  EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().stage_seconds(-1)), c10::Error);
+}
+
+namespace {
+
+// Two stages of one kind whose recompute differs tenfold (1 ms and 10 ms asleep) and a table that
+// gives both the same costs: plans recomputing one or the other are predicted alike.
+struct EqualPredictions {
+  EqualPredictions()
+      : net(nn::Linear(8, 8), Quiet(steady(1)), Noisy(steady(10)), nn::Linear(8, 8)), chain(net, sum_loss()) {
+    costs = remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(1).stage_seconds(0));
+    remat::StageCost same = costs.stages[1];
+    same.name = costs.stages[2].name;
+    costs.stages[2] = same;
+    plain = remat::Plan::plain(chain);
+    light = heavy = plain;
+    light.items = {remat::PlanItem::run(0), remat::PlanItem::checkpointed({remat::PlanItem::run(1)}),
+                   remat::PlanItem::run(2), remat::PlanItem::run(3), remat::PlanItem::run(4)};
+    heavy.items = {remat::PlanItem::run(0), remat::PlanItem::run(1),
+                   remat::PlanItem::checkpointed({remat::PlanItem::run(2)}), remat::PlanItem::run(3),
+                   remat::PlanItem::run(4)};
+  }
+  remat::PlanResult planned(const remat::Plan& plan) const {
+    remat::PlanResult r;
+    r.feasible = true;
+    r.plan = plan;
+    r.prediction = remat::simulate(plan, costs);
+    r.unchecked = remat::simulate(plain, costs);
+    r.budget_bytes = int64_t{1} << 40;
+    return r;
+  }
+  nn::Sequential net;
+  remat::SequentialChain chain;
+  remat::CostTable costs;
+  remat::Plan plain, light, heavy;
+};
+
+}  // namespace
+
+TEST(MeasuredChoice, KeepsTheTrulyFasterOfTwoPlansPredictedAlike) {
+  torch::manual_seed(0);
+  EqualPredictions e;
+  ASSERT_DOUBLE_EQ(remat::simulate(e.light, e.costs).step_seconds, remat::simulate(e.heavy, e.costs).step_seconds);
+  const at::Tensor x = sample();
+  // Planned the slow one: the fast one measures faster beyond the spread and is kept.
+  const remat::PlanResult switched = remat::choose_fastest(e.chain, e.costs, e.planned(e.heavy), {{"light", e.light}}, x, 7);
+  ASSERT_TRUE(switched.measured_choice.measured);
+  EXPECT_EQ(switched.plan.to_string(), e.light.to_string()) << switched.measured_choice.reason;
+  EXPECT_EQ(switched.measured_choice.chosen, 1u);
+  EXPECT_LT(switched.measured_choice.candidates[1].ratio_high, 1.0);
+  EXPECT_TRUE(switched.measured_choice.candidates[1].fits);
+  EXPECT_NE(switched.measured_choice.reason.find("'light' measured faster"), std::string::npos)
+      << switched.measured_choice.reason;
+  // Planned the fast one: it stays.
+  const remat::PlanResult kept = remat::choose_fastest(e.chain, e.costs, e.planned(e.light), {{"heavy", e.heavy}}, x, 7);
+  EXPECT_EQ(kept.plan.to_string(), e.light.to_string()) << kept.measured_choice.reason;
+  EXPECT_EQ(kept.measured_choice.chosen, 0u);
+  EXPECT_GT(kept.measured_choice.candidates[1].ratio, 1.0);
+  // A faster plan that does not fit the budget is not kept.
+  remat::PlanResult tight = e.planned(e.heavy);
+  tight.budget_bytes = 0;
+  const remat::PlanResult over = remat::choose_fastest(e.chain, e.costs, tight, {{"light", e.light}}, x, 3);
+  EXPECT_EQ(over.plan.to_string(), e.heavy.to_string());
+  EXPECT_FALSE(over.measured_choice.candidates[1].fits);
+}
+
+TEST(MeasuredChoice, SaysWhyItDidNotMeasure) {
+  torch::manual_seed(0);
+  EqualPredictions e;
+  const at::Tensor x = sample();
+  const remat::PlanResult never = remat::choose_by_measurement(
+      e.chain, e.costs, e.planned(e.heavy), x, remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::never));
+  EXPECT_FALSE(never.measured_choice.measured);
+  EXPECT_NE(never.measured_choice.reason.find("never"), std::string::npos) << never.measured_choice.reason;
+  // The rules of thumb here (every block, segments, ...) predicted within the noise: named, fitting.
+  const std::vector<remat::CandidatePlan> nearest =
+      remat::nearest_rules_of_thumb(e.chain, e.costs, e.planned(e.heavy), remat::MeasuredChoiceOptions().margin(10));
+  ASSERT_FALSE(nearest.empty());
+  EXPECT_LE(nearest.size(), 3u);
+  const remat::PlanResult too_long = remat::choose_by_measurement(
+      e.chain, e.costs, e.planned(e.heavy), x, remat::MeasuredChoiceOptions().margin(10).max_seconds(0));
+  EXPECT_FALSE(too_long.measured_choice.measured);
+  EXPECT_NE(too_long.measured_choice.reason.find("max_seconds"), std::string::npos) << too_long.measured_choice.reason;
+  EXPECT_EQ(too_long.plan.to_string(), e.heavy.to_string());
+  EXPECT_THROW(remat::choose_by_measurement(e.chain, e.costs, e.planned(e.heavy), x,
+                                            remat::MeasuredChoiceOptions().steps(0)),
+               c10::Error);
+}
+
+TEST(PairedRatios, GiveTheMedianWithAnIntervalOfIt) {
+  remat::PlanMeasurement a, b;
+  for (int r = 0; r < 21; ++r) {
+    b.all_step_seconds.push_back(1.0 + 0.01 * r);
+    a.all_step_seconds.push_back((1.0 + 0.01 * r) * (1.2 + 0.01 * (r % 7 - 3)));
+  }
+  const remat::PairedRatio ratio = remat::paired_time_ratios(a, b);
+  EXPECT_NEAR(ratio.median, 1.2, 1e-9);
+  EXPECT_LT(ratio.low, ratio.median);
+  EXPECT_GT(ratio.high, ratio.median);
+  EXPECT_GE(ratio.low, 1.17 - 1e-9);
+  EXPECT_LE(ratio.high, 1.23 + 1e-9);
+  EXPECT_TRUE(ratio.contains(1.2));
+  EXPECT_FALSE(ratio.contains(1.3));
+  EXPECT_EQ(ratio.rounds, 21u);
+}
