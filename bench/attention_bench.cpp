@@ -18,7 +18,8 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "detail/torch_compat.h"
-#include "remat/internal/process.h"
+#include "remat/memory.h"
+#include "remat/threads.h"
 #include "remat/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/internal/statistics.h"

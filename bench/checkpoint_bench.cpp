@@ -14,7 +14,8 @@
 
 #include "remat/internal/statistics.h"
 #include "remat/checkpoint.h"
-#include "remat/internal/process.h"
+#include "remat/memory.h"
+#include "remat/threads.h"
 #include "remat/memory.h"
 #include "remat/models/layer_stack.h"
 

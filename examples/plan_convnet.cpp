@@ -56,6 +56,7 @@ int run(int argc, char** argv) {
   // transients weigh most on the smallest tensors.
   if (quick) config = Config{16, 16, 16, 8, 10};
   at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
+  remat::keep_freed_memory_in_process();  // as docs/library.md advises CPU training programs
   std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, residual add, ReLU) of " << config.channels
             << " channels, " << config.size << "x" << config.size << " images, batch " << config.batch << ", "
             << remat::cpu_threads() << "\n";

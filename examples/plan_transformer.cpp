@@ -57,6 +57,7 @@ int run(int argc, char** argv) {
   Config config;
   if (quick) config = Config{12, 32, 4, 32, 4};
   at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
+  remat::keep_freed_memory_in_process();  // as docs/library.md advises CPU training programs
   std::cout << "remat_plan_transformer: " << config.layers << " x TransformerEncoderLayer(d_model " << config.d_model
             << ", heads " << config.heads << ", feed-forward " << 4 * config.d_model << ", dropout 0.1), sequence "
             << config.sequence << ", batch " << config.batch << ", " << remat::cpu_threads() << "\n";

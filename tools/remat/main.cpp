@@ -14,7 +14,8 @@
 #include "commands.h"
 #include "invocation.h"
 #include "remat/error.h"
-#include "remat/internal/process.h"
+#include "remat/memory.h"
+#include "remat/threads.h"
 #include "remat/memory.h"
 
 namespace {

@@ -5,7 +5,8 @@
 #include <sstream>
 
 #include "remat/budget.h"
-#include "remat/internal/process.h"
+#include "remat/memory.h"
+#include "remat/threads.h"
 #include "remat/error.h"
 #include "remat/internal/files.h"
 #include "remat/models/estimator.h"

@@ -10,7 +10,8 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
-#include "remat/internal/process.h"
+#include "remat/memory.h"
+#include "remat/threads.h"
 #include "remat/error.h"
 #include "remat/internal/files.h"
 #include "remat/internal/statistics.h"
