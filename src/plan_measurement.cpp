@@ -84,7 +84,13 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
       const auto step = [&] {
         if (runs[p].prepare) runs[p].prepare();
         zero_gradients(detail::chain_parameters(chain));
-        return measure_step([&] { return run_plan(chain, runs[p].plan, runs[p].input); }, runs[p].input.device());
+        return measure_step(
+            [&] {
+              // A chain without a loss (Planned's) is back-propagated from ones, through its sum.
+              at::Tensor output = run_plan(chain, runs[p].plan, runs[p].input);
+              return output.numel() == 1 ? output : output.sum();
+            },
+            runs[p].input.device());
       };
       if (round >= 0 && (after_other_shape[p] || (short_steps[p] && runs.size() > 1))) step();
       const std::clock_t cpu_before = std::clock();

@@ -62,7 +62,8 @@ void PlannedImpl::train(bool on) {
 
 void PlannedImpl::pretty_print(std::ostream& stream) const {
   stream << "remat::Planned(budget " << budget_.text() << ", "
-         << (result_ ? "plan " + result_->plan.to_string() : std::string("not calibrated")) << ")";
+         << (result_ ? "plan " + result_->plan.to_string() : std::string("not calibrated"))
+         << (result_ && !result_->timed_under.empty() ? ", timed under " + result_->timed_under : std::string()) << ")";
 }
 
 }  // namespace remat

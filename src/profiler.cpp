@@ -154,14 +154,21 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
   // Rounds go on past `repeats` while the default option's forward + backward scatters more than
   // the tolerance allows, up to max_repeats or stage_seconds of extra rounds (ProfileOptions).
   std::vector<double> totals;  // per measured round: options[0]'s plain forward + backward
-  Clock::time_point extra_since{};
+  const int most = std::max(options.repeats(), options.max_repeats());
+  Clock::time_point extra_since{}, round_start = Clock::now();
+  double round_seconds = 0;  // the last round's
   for (int r = -options.warmup();; ++r) {
-    if (r == options.repeats()) extra_since = Clock::now();
+    const auto now = Clock::now();
+    round_seconds = std::chrono::duration<double>(now - round_start).count();
+    round_start = now;
+    if (r == options.repeats()) extra_since = now;
     if (r >= options.repeats()) {
-      const bool pinned = median_spread(totals) <= options.tolerance() * median(totals);
+      // One value has no spread: a stage is pinned down by two runs at least.
+      const bool pinned = totals.size() >= 2 && median_spread(totals) <= options.tolerance() * median(totals);
+      // Another round would pass the limit: stop before it, not after.
       const bool out_of_time =
-          std::chrono::duration<double>(Clock::now() - extra_since).count() >= options.stage_seconds();
-      if (pinned || r >= options.max_repeats() || out_of_time) break;
+          std::chrono::duration<double>(now - extra_since).count() + round_seconds > options.stage_seconds();
+      if (pinned || r >= most || out_of_time) break;
     }
     for (size_t o = 0; o < names.size(); ++o) {
       for (int graph_only = 0; graph_only < 2; ++graph_only) {
@@ -355,8 +362,9 @@ void normalise_to_the_median_round(InStepRounds& rounds) {
   }
 }
 
-// Short steps get more rounds (up to about a second of them, then more while they scatter): what a checkpoint adds to a stage of
-// a tenth of a millisecond is tens of microseconds, which three rounds cannot tell from noise. And
+// Short steps get more rounds (up to about a second of them, then more while they scatter): what a
+// checkpoint adds to a stage of a tenth of a millisecond is tens of microseconds, which three rounds
+// cannot tell from noise. And
 // each of their timed steps follows an untimed step of the same plan, as in training: a plan's
 // first step after another's pays for the caches that one left (measure_plans does the same).
 InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device) {
@@ -370,13 +378,15 @@ InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOp
   InStepRounds rounds;
   int wanted = options.repeats();
   Clock::time_point extra_since{};
+  double last_round_seconds = 0;
   for (int r = -std::max(options.warmup(), 1);; ++r) {  // at least one warm-up round: it times a round
     if (r == wanted) extra_since = Clock::now();
     if (r >= wanted) {
       // Past those, rounds go on while what checkpointing adds to the step (each checkpointed
-      // plan's step over the plain one's, paired per round) scatters more than half the tolerance.
+      // plan's step over the plain one's, paired per round) scatters more than half the tolerance,
+      // and while another round stays within in_step_seconds.
       const double extra_seconds = std::chrono::duration<double>(Clock::now() - extra_since).count();
-      if (r >= kMaxRounds || extra_seconds >= options.in_step_seconds() ||
+      if (r >= std::max(kMaxRounds, wanted) || extra_seconds + last_round_seconds > options.in_step_seconds() ||
           overheads_pinned(rounds, options.tolerance() / 2)) {
         break;
       }
@@ -390,9 +400,10 @@ InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOp
     if (r == -1) {  // the last warm-up round: how many rounds a second holds
       const double round_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       warm_each = round_seconds / static_cast<double>(plans.size()) < kShortStepSeconds;
-      wanted = std::clamp(static_cast<int>(kRoundsSeconds / std::max(round_seconds * (warm_each ? 2 : 1), 1e-9)),
-                          options.repeats(), kMaxRounds);
+      const double fit = kRoundsSeconds / std::max(round_seconds * (warm_each ? 2 : 1), 1e-9);
+      wanted = std::max(options.repeats(), static_cast<int>(std::min<double>(fit, kMaxRounds)));
     }
+    last_round_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (r < 0) continue;
     rounds.plain.push_back(std::move(times[0]));
     rounds.singles.push_back(std::move(times[1]));
@@ -548,8 +559,6 @@ std::pair<double, double> segment_fixed_seconds(const at::Tensor& like, Checkpoi
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
   REMAT_CHECK(options.repeats() >= 1 && options.warmup() >= 0, "profile: repeats must be >= 1 and warmup >= 0.");
-  REMAT_CHECK(options.max_repeats() >= options.repeats(), "profile: max_repeats (", options.max_repeats(),
-              ") must be at least repeats (", options.repeats(), ").");
   REMAT_CHECK(options.tolerance() > 0 && std::isfinite(options.tolerance()) && options.stage_seconds() >= 0 &&
                   std::isfinite(options.stage_seconds()) && options.in_step_seconds() >= 0 &&
                   std::isfinite(options.in_step_seconds()),

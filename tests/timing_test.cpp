@@ -2,7 +2,9 @@
 // put back), a profile that knows each stage's noise (a noisy stage gets more runs and a wider
 // interval), and a choice by measurement between plans the cost model cannot tell apart.
 #include <chrono>
+#include <cmath>
 #include <cstdint>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 
 #include "remat/budget_planner.h"
 #include "remat/plan_measurement.h"
+#include "remat/planned.h"
 #include "remat/policies.h"
 #include "remat/profiler.h"
 #include "remat/sequential_chain.h"
@@ -115,15 +118,30 @@ TEST(Threads, SetCpuThreadsGivesTheCoresToOneArrangementAndRefusesMoreThanTheCpu
   EXPECT_THROW(remat::set_cpu_threads(0), c10::Error);
 }
 
-TEST(Threads, TheProfilerTimesUnderTheArrangementAndPutsTheCallersBack) {
+namespace {
+
+// A two-stage chain whose second stage records the threads it runs under, in a process whose
+// threads are set as LibTorch's defaults set them (put back when the test ends).
+struct UserThreads {
+  UserThreads() : net(nn::Linear(8, 8), Quiet(steady(0))), chain(net, sum_loss()) {
+    remat::restore_cpu_threads(users);
+  }
+  remat::CpuThreads seen() { return net[1]->as<QuietImpl>()->seen; }
   KeepThreads keep;
-  nn::Sequential net(nn::Linear(8, 8), Quiet(steady(0)));
-  remat::SequentialChain chain(net, sum_loss());
-  const remat::CpuThreads users = oversubscribed_arrangement();
-  remat::restore_cpu_threads(users);
+  remat::CpuThreads users = oversubscribed_arrangement();
+  nn::Sequential net;
+  remat::SequentialChain chain;
+};
+
+}  // namespace
+
+TEST(Threads, TheProfilerTimesUnderTheArrangementAndPutsTheCallersBack) {
+  UserThreads t;
+  remat::SequentialChain& chain = t.chain;
+  const remat::CpuThreads& users = t.users;
   ASSERT_EQ(remat::cpu_threads(), users);
   const remat::CostTable costs = remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(1));
-  const remat::CpuThreads seen = net[1]->as<QuietImpl>()->seen;  // during the profile's last stage runs
+  const remat::CpuThreads seen = t.seen();  // during the profile's last stage runs
   EXPECT_EQ(remat::cpu_threads(), users) << "the caller's threads were not put back";
   if (users.oversubscribed()) {
     EXPECT_FALSE(seen.oversubscribed()) << seen;
@@ -136,23 +154,21 @@ TEST(Threads, TheProfilerTimesUnderTheArrangementAndPutsTheCallersBack) {
   // As found, when asked: the profile then times the oversubscribed arrangement itself.
   const remat::CostTable as_found = remat::profile_chain(
       chain, sample(), remat::ProfileOptions().repeats(1).threads(remat::ThreadsWhileTiming::as_found));
-  EXPECT_EQ(net[1]->as<QuietImpl>()->seen, users);
+  EXPECT_EQ(t.seen(), users);
   EXPECT_EQ(as_found.threads, users.to_string());
 }
 
 TEST(Threads, MeasurePlansTimesUnderTheArrangementAndPutsTheCallersBack) {
-  KeepThreads keep;
-  nn::Sequential net(nn::Linear(8, 8), Quiet(steady(0)));
-  remat::SequentialChain chain(net, sum_loss());
-  const remat::CpuThreads users = oversubscribed_arrangement();
-  remat::restore_cpu_threads(users);
+  UserThreads t;
+  remat::SequentialChain& chain = t.chain;
+  const remat::CpuThreads& users = t.users;
   const auto measured = remat::measure_plans(chain, {remat::Plan::plain(chain)}, sample(), 2);
-  const remat::CpuThreads seen = net[1]->as<QuietImpl>()->seen;
+  const remat::CpuThreads seen = t.seen();
   EXPECT_EQ(remat::cpu_threads(), users);
   EXPECT_EQ(seen.oversubscribed(), false) << seen;
   EXPECT_EQ(measured[0].threads.find("put back") != std::string::npos, users.oversubscribed()) << measured[0].threads;
   remat::measure_plans(chain, {remat::Plan::plain(chain)}, sample(), 1, {}, remat::ThreadsWhileTiming::as_found);
-  EXPECT_EQ(net[1]->as<QuietImpl>()->seen, users);
+  EXPECT_EQ(t.seen(), users);
 }
 
 TEST(Profiler, ANoisyStageGetsMoreRunsAndAWiderInterval) {
@@ -191,10 +207,15 @@ TEST(Profiler, ANoisyStageGetsMoreRunsAndAWiderInterval) {
   EXPECT_EQ(read.threads, costs.threads);
 }
 
-TEST(Profiler, RefusesToleranceAndRepeatsThatCannotWork) {
+TEST(Profiler, RefusesToleranceAndTimeLimitsThatCannotWork) {
   nn::Sequential net(nn::Linear(8, 8));
   remat::SequentialChain chain(net, sum_loss());
-  EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(5).max_repeats(3)), c10::Error);
+  // More repeats than max_repeats: the repeats are the fewest runs, so all of them are made.
+  const remat::CostTable many = remat::profile_chain(
+      chain, sample(), remat::ProfileOptions().repeats(17).max_repeats(3).stage_seconds(0).in_step_seconds(0));
+  EXPECT_EQ(many.stages[0].measured_rounds, 17);
+  EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().in_step_seconds(-1)), c10::Error);
+  EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().tolerance(std::nan(""))), c10::Error);
   EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().tolerance(0)), c10::Error);
   EXPECT_THROW(remat::profile_chain(chain, sample(), remat::ProfileOptions().stage_seconds(-1)), c10::Error);
 }
@@ -206,7 +227,8 @@ namespace {
 struct EqualPredictions {
   EqualPredictions()
       : net(nn::Linear(8, 8), Quiet(steady(1)), Noisy(steady(10)), nn::Linear(8, 8)), chain(net, sum_loss()) {
-    costs = remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(1).stage_seconds(0));
+    costs = remat::profile_chain(chain, sample(),
+                                 remat::ProfileOptions().repeats(1).stage_seconds(0).in_step_seconds(0));
     remat::StageCost same = costs.stages[1];
     same.name = costs.stages[2].name;
     costs.stages[2] = same;
@@ -241,7 +263,9 @@ TEST(MeasuredChoice, KeepsTheTrulyFasterOfTwoPlansPredictedAlike) {
   ASSERT_DOUBLE_EQ(remat::simulate(e.light, e.costs).step_seconds, remat::simulate(e.heavy, e.costs).step_seconds);
   const at::Tensor x = sample();
   // Planned the slow one: the fast one measures faster beyond the spread and is kept.
-  const remat::PlanResult switched = remat::choose_fastest(e.chain, e.costs, e.planned(e.heavy), {{"light", e.light}}, x, 7);
+  // 11 steps, up to 3 series: one round a loaded machine delays by 9 ms must not decide it.
+  const remat::PlanResult switched = remat::choose_fastest(e.chain, e.costs, e.planned(e.heavy), {{"light", e.light}}, x,
+                                                           11, remat::ThreadsWhileTiming::arranged, 3);
   ASSERT_TRUE(switched.measured_choice.measured);
   EXPECT_EQ(switched.plan.to_string(), e.light.to_string()) << switched.measured_choice.reason;
   EXPECT_EQ(switched.measured_choice.chosen, 1u);
@@ -300,4 +324,40 @@ TEST(PairedRatios, GiveTheMedianWithAnIntervalOfIt) {
   EXPECT_TRUE(ratio.contains(1.2));
   EXPECT_FALSE(ratio.contains(1.3));
   EXPECT_EQ(ratio.rounds, 21u);
+}
+
+TEST(MeasuredChoice, PlannedAndPlanForBudgetSayWhatTheyTimedUnderAndWhatTheyChose) {
+  KeepThreads keep;
+  remat::restore_cpu_threads(oversubscribed_arrangement());
+  torch::manual_seed(0);
+  nn::Sequential net;
+  for (int i = 0; i < 6; ++i) {
+    net->push_back(nn::Linear(32, 128));
+    net->push_back(nn::GELU());
+    net->push_back(nn::Linear(128, 32));
+  }
+  // The choice forced, so that what it reports is checked on any machine.
+  const auto always = remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::always).steps(3);
+  remat::Planned planned(net, "60%", remat::PlannedOptions().planning(remat::BudgetPlanOptions().choice(always)));
+  planned->calibrate(torch::randn({64, 32}));
+  const remat::PlanResult& result = planned->budget_plan();
+  EXPECT_NE(result.timed_under.find("intra-op"), std::string::npos) << result.timed_under;
+  EXPECT_EQ(result.timed_under.find("put back") != std::string::npos, oversubscribed_arrangement().oversubscribed())
+      << result.timed_under;
+  EXPECT_FALSE(result.measured_choice.reason.empty());
+  EXPECT_GE(result.predicted_overhead_spread(), 0.0);
+  std::ostringstream printed;
+  planned->pretty_print(printed);
+  EXPECT_NE(printed.str().find("timed under"), std::string::npos) << printed.str();
+  // It measured, or found no rule of thumb within the noise; where it measured, the kept plan fits
+  // and is the planned one or a candidate measured faster.
+  EXPECT_TRUE(result.measured_choice.measured ||
+              result.measured_choice.reason.find("no rule of thumb") != std::string::npos)
+      << result.measured_choice.reason;
+  if (result.measured_choice.measured) {
+    const auto& kept = result.measured_choice.candidates[result.measured_choice.chosen];
+    EXPECT_TRUE(kept.fits);
+    EXPECT_EQ(kept.plan, result.plan.to_string());
+    EXPECT_TRUE(result.measured_choice.chosen == 0 || kept.ratio_high < 1.0);
+  }
 }

@@ -34,6 +34,7 @@ struct ReportOptions {
   int profile_repeats = 3;
   int train_steps = 3;      // plain vs planned, for parameters and buffers
   int choice_steps = 11;    // the measured choice's interleaved steps (choose_by_measurement)
+  bool quick = false;       // the tests' run: no extra profiling rounds for noisy stages
   std::string train_budget = "50%";
 };
 
@@ -64,15 +65,19 @@ inline std::string interval_text(double overhead, double low, double high) {
 /// and its measured cost table.
 struct ProfiledModel {
   ProfiledModel(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
-                const at::Tensor& x, int repeats)
+                const at::Tensor& x, const ReportOptions& options)
       : net(tracked(make_model)),
         chain(net, loss_of),
-        costs(remat::profile_chain(chain, x, remat::ProfileOptions().repeats(repeats).selective_option(true))) {}
+        costs(remat::profile_chain(chain, x, profile_options(options))) {}
   torch::nn::Sequential net;
   remat::SequentialChain chain;
   remat::CostTable costs;
 
  private:
+  static remat::ProfileOptions profile_options(const ReportOptions& options) {
+    auto profile = remat::ProfileOptions().repeats(options.profile_repeats).selective_option(true);
+    return options.quick ? profile.stage_seconds(0).in_step_seconds(0) : profile;
+  }
   static torch::nn::Sequential tracked(const std::function<torch::nn::Sequential()>& make_model) {
     remat::install_cpu_memory_tracker();
     return make_model();
@@ -96,7 +101,7 @@ inline remat::CostTable without_selective_option(remat::CostTable costs) {
 inline int report_budgets(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
                           const at::Tensor& x, const ReportOptions& options) {
   int failures = 0;
-  ProfiledModel model(make_model, loss_of, x, options.profile_repeats);
+  ProfiledModel model(make_model, loss_of, x, options);
   remat::SequentialChain& chain = model.chain;
   const remat::CostTable& costs = model.costs;
   const remat::Plan plain = remat::Plan::plain(chain);
@@ -234,7 +239,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
 inline int report_modes(const std::function<torch::nn::Sequential()>& make_model, const remat::LossFunction& loss_of,
                         const at::Tensor& x, const ReportOptions& options) {
   int failures = 0;
-  ProfiledModel model(make_model, loss_of, x, options.profile_repeats);
+  ProfiledModel model(make_model, loss_of, x, options);
   remat::SequentialChain& chain = model.chain;
   const remat::CostTable& costs = model.costs;
   std::vector<remat::Plan> plans = {remat::Plan::plain(chain)};
@@ -295,6 +300,7 @@ inline ReportOptions report_options(int argc, char** argv) {
     options.measured_steps = 1;
     options.profile_repeats = 1;
     options.choice_steps = 1;
+    options.quick = true;
   }
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--steps") options.measured_steps = std::max(1, std::atoi(argv[i + 1]));

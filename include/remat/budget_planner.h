@@ -38,8 +38,12 @@ struct MeasuredChoiceOptions {
   /// The most rules of thumb timed against the plan: the fastest predicted of those predicted to
   /// fit and to lie within the noise of the plan (its and their spreads, or `margin`).
   TORCH_ARG(int, candidates) = 3;
-  /// Interleaved measured steps per plan.
+  /// Interleaved measured steps per plan, in one series.
   TORCH_ARG(int, steps) = 11;
+  /// Where a candidate measured faster by its median but its interval still reaches 1, another
+  /// series is run and added to the first, up to this many in all (automatic: as far as
+  /// max_seconds allows).
+  TORCH_ARG(int, max_series) = 3;
   /// `automatic`: measure only where (1 + candidates) x (steps + 1) predicted steps take at most this.
   TORCH_ARG(double, max_seconds) = 10.0;
   /// A rule of thumb predicted slower than the plan by more than this share of the unchecked step,
@@ -97,11 +101,13 @@ struct CandidatePlan {
 
 /// Times `planned` (a feasible result on `costs`) against `candidates` in `steps` interleaved steps
 /// on `sample_input`, and keeps the fastest whose measured peak fits the budget and whose paired step
-/// ratio to `planned` lies below 1 with its whole ~95% interval (else `planned`): the result's plan, prediction and measured peak are the
-/// kept one's, and measured_choice says what was timed and what it measured.
+/// ratio to `planned` lies below 1 with its whole ~95% interval (else `planned`); up to `max_series`
+/// series of `steps` while a candidate is faster by its median but not beyond the spread. The
+/// result's plan, prediction and measured peak are the kept one's, and measured_choice says what
+/// was timed and what it measured.
 PlanResult choose_fastest(Chain& chain, const CostTable& costs, PlanResult planned,
                           const std::vector<CandidatePlan>& candidates, const at::Tensor& sample_input, int steps,
-                          ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
+                          ThreadsWhileTiming threads = ThreadsWhileTiming::arranged, int max_series = 1);
 
 /// The generic rules of thumb (generic_policy_candidates, planner.h) that the cost model cannot
 /// separate from `planned`: predicted to fit its budget and to be at most `margin` of the unchecked

@@ -49,12 +49,12 @@ struct StepMeasurement {
 };
 
 /// Keeps memory LibTorch frees on the CPU inside the process instead of returning it to the kernel
-/// (glibc: blocks up to 1 GiB from the heap, not fresh mmaps; no trimming below 1 GiB of free top).
+/// (glibc: no trimming below 1 GiB of free heap top; the mmap threshold stays fixed at 128 KiB).
 /// Otherwise whether a step faults its activations in again page by page depends on which small
 /// allocation happens to sit at the top of the heap: measured on the mixer example (12 blocks, 1
 /// thread), the plain step took 33.0 ms that way and 23.5 ms with this, and the overhead measured
-/// for checkpointing every block moved from +28% to +49% (docs/library.md, "Threads, noise and the
-/// measured choice"). Call it first in a CPU training program, as CPU trainers do with jemalloc or
+/// for checkpointing every block moved from +28% to +49% (measured with the equivalent
+/// GLIBC_TUNABLES; docs/planner.md, "Threads, noise and the measured choice"). Call it first in a CPU training program, as CPU trainers do with jemalloc or
 /// tcmalloc: it changes the whole process's allocator, which remat never does by itself. Exact
 /// tensor bytes (the tracker) are unaffected; a no-op outside glibc.
 void keep_freed_memory_in_process();

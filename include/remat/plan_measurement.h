@@ -5,7 +5,7 @@
 //   std::cout << v.to_string();   // max |Δgrad| over parameters, buffer differences
 //
 // Both run forward and backward of the whole chain (its last stage returning a scalar loss, or any
-// tensor for verify_plan, back-propagated with ones) and leave the model as they found it:
+// tensor, back-propagated with ones) and leave the model as they found it:
 // gradients, buffers and RNG streams are restored afterwards.
 #pragma once
 

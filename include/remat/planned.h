@@ -43,7 +43,8 @@ class PlannedImpl : public torch::nn::Module {
   /// Profiles on `sample_input` and plans for the budget; returns the result.
   const PlanResult& calibrate(const at::Tensor& sample_input);
   bool calibrated() const { return result_.has_value(); }
-  /// The plan and its prediction; throws before calibration.
+  /// The plan and its prediction (with the threads it was timed under, PlanResult::timed_under,
+  /// and the measured choice); throws before calibration.
   const PlanResult& budget_plan() const;
   const Plan& plan() const { return budget_plan().plan; }
   const Budget& budget() const { return budget_; }

@@ -67,7 +67,7 @@ struct MeasuredChoice {
   std::string reason;
   std::vector<Candidate> candidates;  ///< [0]: the planner's own plan
   size_t chosen = 0;                  ///< index into candidates
-  int steps = 0;                      ///< interleaved steps per candidate
+  int steps = 0;                      ///< interleaved steps per candidate, all series together
   double seconds = 0;                 ///< what the measured series took
 };
 

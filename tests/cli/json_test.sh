@@ -25,4 +25,12 @@ one_document worker ready "$remat" worker "${tiny[@]}" --export "$work/model.pt"
 # The human report went to stderr instead.
 grep -q "optimal 60%" "$work/bench.err" || fail "bench's table is not on stderr under --json"
 grep -q "published per-layer figure" "$work/estimate.err" || fail "estimate's report is not on stderr under --json"
+# A budget's plan says what its costs were timed under (remat's programs arrange the threads) and
+# carries its prediction's spread.
+grep -q "timed under 1 LibTorch intra-op" "$work/plan-budget.err" || grep -q "timed under [0-9]* LibTorch intra-op threads on" \
+  "$work/plan-budget.err" || fail "plan --budget does not say what its costs were timed under"
+python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+assert "intra-op" in r["timed_under"] and "oversubscribed" not in r["timed_under"], r["timed_under"]
+assert r["predicted_overhead_spread"] >= 0' "$work/plan-budget.json" || fail "plan --budget --json lacks timed_under or the spread"
 echo "json: all checks passed"

@@ -126,7 +126,9 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
       << "; planned in " << fixed(r.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
       << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
       << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
-      << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << "\n";
+      << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << " ± "
+      << percent(r.optimal.predicted_overhead_spread()) << "\n";
+  if (!r.optimal.timed_under.empty()) out << "  timed under " << r.optimal.timed_under << "\n";
   if (r.optimal.measured_peak_bytes >= 0) {
     out << "  measured activation peak " << format_bytes(r.optimal.measured_peak_bytes) << " (one step"
         << (r.optimal.replans > 0 ? ", after " + std::to_string(r.optimal.replans) + " re-plans" : std::string()) << ")\n";
@@ -150,6 +152,8 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
                            {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
                            {"predicted_step_seconds", r.optimal.prediction.step_seconds},
                            {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
+                           {"predicted_overhead_spread", r.optimal.predicted_overhead_spread()},
+                           {"timed_under", r.optimal.timed_under},
                            {"least_feasible_budget_bytes", r.least}, {"min_feasible_budget_bytes", r.least},
                            {"verified_peak_bytes", r.optimal.measured_peak_bytes >= 0
                                                        ? nlohmann::json(r.optimal.measured_peak_bytes)
@@ -166,7 +170,7 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
 void print_budget_measurements(const MeasuredComparison& c, const std::vector<BudgetResult>& results,
                                double none_seconds, nlohmann::json& json_results, std::ostream& out) {
   Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
-               "best manual fitting", "its measured overhead", "optimal <= best"});
+               "measured 95%", "in spread", "best manual fitting", "its measured overhead", "optimal <= best"});
   for (size_t b = 0; b < c.budgets.size(); ++b) {
     const BudgetComparison& bc = c.budgets[b];
     const BudgetResult& r = results[b];
@@ -177,10 +181,13 @@ void print_budget_measurements(const MeasuredComparison& c, const std::vector<Bu
     table.add_row({r.text + " (" + format_bytes(r.bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
                    format_bytes(measured_peak) + (bc.fits ? "" : " OVER"), percent(error),
                    percent(r.optimal.prediction.step_seconds / none_seconds - 1), percent(bc.measured.overhead),
-                   best_name, bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
+                   percent(bc.measured.overhead_low) + " to " + percent(bc.measured.overhead_high),
+                   bc.prediction_within_spread ? "yes" : "no", best_name, bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
                    bc.ratio_to_best_policy <= 1 ? "yes" : "no"});
     json_results[b]["measured_peak_bytes"] = measured_peak;
     json_results[b]["measured_overhead"] = bc.measured.overhead;
+    json_results[b]["measured_overhead_interval"] = {bc.measured.overhead_low, bc.measured.overhead_high};
+    json_results[b]["prediction_within_spread"] = bc.prediction_within_spread;
     json_results[b]["best_manual"] = best_name;
     json_results[b]["best_manual_measured_overhead"] =
         bc.best_policy ? nlohmann::json(c.policies[*bc.best_policy].overhead) : nlohmann::json();
