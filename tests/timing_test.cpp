@@ -17,6 +17,7 @@
 #include "remat/profiler.h"
 #include "remat/sequential_chain.h"
 #include "remat/threads.h"
+#include "support/models.h"
 
 namespace nn = torch::nn;
 
@@ -330,12 +331,7 @@ TEST(MeasuredChoice, PlannedAndPlanForBudgetSayWhatTheyTimedUnderAndWhatTheyChos
   KeepThreads keep;
   remat::restore_cpu_threads(oversubscribed_arrangement());
   torch::manual_seed(0);
-  nn::Sequential net;
-  for (int i = 0; i < 6; ++i) {
-    net->push_back(nn::Linear(32, 128));
-    net->push_back(nn::GELU());
-    net->push_back(nn::Linear(128, 32));
-  }
+  nn::Sequential net = remat::testing::linear_gelu_stack(6, 32, 128);
   // The choice forced, so that what it reports is checked on any machine.
   const auto always = remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::always).steps(3);
   remat::Planned planned(net, "60%", remat::PlannedOptions().planning(remat::BudgetPlanOptions().choice(always)));

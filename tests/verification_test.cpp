@@ -16,6 +16,7 @@
 #include "remat/sequential_chain.h"
 #include "remat/throughput.h"
 #include "support/compare.h"
+#include "support/models.h"
 
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
@@ -312,12 +313,7 @@ TEST(RecomputeCost, TheProfilerMeasuresItInAStepForEveryStageButTheLast) {
 TEST(Throughput, WorksForASequentialChainGivenASampleOfEachBatchSize) {
   remat::install_cpu_memory_tracker();
   torch::manual_seed(0);
-  nn::Sequential net;
-  for (int i = 0; i < 6; ++i) {
-    net->push_back(nn::Linear(32, 128));
-    net->push_back(nn::GELU());
-    net->push_back(nn::Linear(128, 32));
-  }
+  nn::Sequential net = remat::testing::linear_gelu_stack(6, 32, 128);
   const at::Tensor inputs = torch::randn({16, 32}), targets = torch::randn({16, 32});
   // The loss takes the targets of whatever batch the output has.
   remat::SequentialChain chain(net, [&](const at::Tensor& out) {
