@@ -87,9 +87,7 @@ namespace {
 bool costs_every_option(const CostTable& costs, const Plan& plan) {
   if (plan.options.size() != costs.stages.size()) return false;
   for (size_t i = 0; i < costs.stages.size(); ++i) {
-    const auto& options = costs.stages[i].options;
-    const auto named = [&](const StageOptionCost& o) { return o.option == plan.options[i]; };
-    if (std::none_of(options.begin(), options.end(), named)) return false;
+    if (!costs.stages[i].has_option(plan.options[i])) return false;
   }
   return true;
 }
@@ -141,8 +139,7 @@ PlanResult choose_fastest(Chain& chain, const CostTable& costs, PlanResult plann
     MeasuredChoice::Candidate c;
     c.name = names[i];
     c.plan = plans[i].to_string();
-    c.predicted_overhead =
-        planned.unchecked.step_seconds > 0 ? predictions[i].step_seconds / planned.unchecked.step_seconds - 1 : 0.0;
+    c.predicted_overhead = predicted_overhead(predictions[i], planned.unchecked);
     c.predicted_overhead_spread = predicted_overhead_spread(predictions[i], planned.unchecked);
     const PairedRatio ratio = paired_time_ratios(measured[i], measured[0]);
     c.ratio = ratio.median;

@@ -14,6 +14,10 @@
 
 namespace remat {
 
+bool StageCost::has_option(const std::string& wanted) const {
+  return std::any_of(options.begin(), options.end(), [&](const StageOptionCost& o) { return o.option == wanted; });
+}
+
 const StageOptionCost& StageCost::option(const std::string& wanted) const {
   for (const auto& o : options) {
     if (o.option == wanted) return o;
@@ -214,6 +218,10 @@ Prediction simulate(const Plan& plan, const CostTable& costs) {
   p.step_seconds_spread = std::sqrt(variance);
   p.stage_seconds = std::move(charges.stage_seconds);
   return p;
+}
+
+double predicted_overhead(const Prediction& plan, const Prediction& unchecked) {
+  return unchecked.step_seconds > 0 ? plan.step_seconds / unchecked.step_seconds - 1 : 0.0;
 }
 
 double predicted_overhead_spread(const Prediction& plan, const Prediction& unchecked) {

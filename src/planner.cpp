@@ -354,9 +354,7 @@ std::string to_string(PlannerKind kind) {
   return "unknown";
 }
 
-double PlanResult::predicted_overhead() const {
-  return unchecked.step_seconds > 0 ? prediction.step_seconds / unchecked.step_seconds - 1 : 0.0;
-}
+double PlanResult::predicted_overhead() const { return remat::predicted_overhead(prediction, unchecked); }
 
 double PlanResult::predicted_overhead_spread() const { return remat::predicted_overhead_spread(prediction, unchecked); }
 

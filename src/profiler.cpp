@@ -555,9 +555,7 @@ std::pair<double, double> segment_fixed_seconds(const at::Tensor& like, Checkpoi
   return {std::max(0.0, median(forward_extra)), std::max(0.0, median(backward_extra))};
 }
 
-}  // namespace
-
-CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
+void check_profile_options(const ProfileOptions& options) {
   REMAT_CHECK(options.repeats() >= 1 && options.warmup() >= 0, "profile: repeats must be >= 1 and warmup >= 0.");
   REMAT_CHECK(options.tolerance() > 0 && std::isfinite(options.tolerance()) && options.stage_seconds() >= 0 &&
                   std::isfinite(options.stage_seconds()) && options.in_step_seconds() >= 0 &&
@@ -565,47 +563,38 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
               "profile: tolerance must be a positive fraction (0.05: 5%), stage_seconds and in_step_seconds finite ",
               "and >= 0; got ", options.tolerance(), ", ", options.stage_seconds(), " and ", options.in_step_seconds(),
               ".");
-  REMAT_CHECK(input.defined(), "profile: the sample input is undefined.");
-  REMAT_CHECK(c10::GradMode::is_enabled(), "profile: grad mode is disabled; profile outside torch::NoGradGuard.");
-  const c10::Device device = input.device();
-  if (device.is_cpu()) install_cpu_memory_tracker();
-  const auto n = chain.size();
-  // Profiling runs every stage many times: the model's gradients, running statistics and the RNG
-  // streams are put back afterwards, so planning leaves training exactly as it was.
-  const detail::ChainStateGuard untouched(chain, input);
-  const TimingThreads threads(options.threads());
+}
 
-  // Every stage's real input: the chain run once without recording.
-  std::vector<at::Tensor> activations;  // activations[i] is stage i's input
-  {
-    c10::NoGradGuard no_grad;
-    at::Tensor a = input;
-    for (int64_t i = 0; i < n; ++i) {
-      activations.push_back(a);
-      a = chain.forward_stage(i, a, chain.stages()[i].options.front());
-    }
+// Every stage's real input: the chain run once without recording (result[i] is stage i's input).
+std::vector<at::Tensor> stage_inputs(Chain& chain, const at::Tensor& input) {
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> activations;
+  at::Tensor a = input;
+  for (int64_t i = 0; i < chain.size(); ++i) {
+    activations.push_back(a);
+    a = chain.forward_stage(i, a, chain.stages()[i].options.front());
   }
+  return activations;
+}
 
-  CostTable table;
-  table.granularity = chain.granularity();
-  {
-    // What one checkpointed segment holds beyond its tensors (its RNG state).
-    at::Tensor probe = at::ones({1}, input.options().dtype(at::kFloat)).requires_grad_(true);
-    detail::synchronize_if_cuda(device);
-    const int64_t before = memory_stats(device).current_bytes;
-    at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe);
-    table.segment_bytes = std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
-  }
-  table.source = "profiled on " + device.str() + ": medians of " + std::to_string(options.repeats()) + " to " +
-                 std::to_string(options.max_repeats()) + " runs" +
-                 (options.mode() == CheckpointMode::non_reentrant ? ", segment ends: non-reentrant early stop" : "");
-  table.threads = threads.description();
-  // Twins (one signature, inputs of one shape) beyond the first few are not timed again: they take
-  // the pooled costs of those (a stack of 300 identical layers times 4 of them, not 300).
+// What one checkpointed segment holds beyond its tensors (its RNG state).
+int64_t segment_held_bytes(const at::Tensor& input, c10::Device device) {
+  at::Tensor probe = at::ones({1}, input.options().dtype(at::kFloat)).requires_grad_(true);
+  detail::synchronize_if_cuda(device);
+  const int64_t before = memory_stats(device).current_bytes;
+  at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe);
+  return std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
+}
+
+// Each stage measured alone into table.stages. Twins (one signature, inputs of one shape) beyond
+// the first few are not timed again: they take the pooled costs of those (a stack of 300 identical
+// layers times 4 of them, not 300).
+void measure_stages(Chain& chain, const std::vector<at::Tensor>& activations, const ProfileOptions& options,
+                    c10::Device device, CostTable& table) {
   constexpr size_t kTimedTwins = 4;
   std::map<std::string, std::vector<int64_t>> timed_twins;
   std::vector<std::pair<int64_t, int64_t>> copies;  // (stage, the twin it takes its costs from)
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < chain.size(); ++i) {
     const StageInfo& info = chain.stages()[i];
     StageCost cost;
     cost.name = info.name;
@@ -635,15 +624,42 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
     cost.measured_rounds = 0;  // its twin's runs, not its own
     table.stages[static_cast<size_t>(stage)] = std::move(cost);
   }
+}
+
+// "; 2 stages not within 5% (e.g. 'head'): ..." where the profile could not pin stages down.
+std::string unstable_note(const CostTable& table, double tolerance) {
+  const std::vector<std::string> unstable = table.unstable_stages(tolerance);
+  if (unstable.empty()) return {};
+  return "; " + std::to_string(unstable.size()) + " stage" + (unstable.size() == 1 ? "" : "s") + " not within " +
+         std::to_string(static_cast<int>(std::lround(tolerance * 100))) + "% (e.g. '" + unstable.front() +
+         "'): their spread widens the predictions";
+}
+
+}  // namespace
+
+CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
+  check_profile_options(options);
+  REMAT_CHECK(input.defined(), "profile: the sample input is undefined.");
+  REMAT_CHECK(c10::GradMode::is_enabled(), "profile: grad mode is disabled; profile outside torch::NoGradGuard.");
+  const c10::Device device = input.device();
+  if (device.is_cpu()) install_cpu_memory_tracker();
+  // Profiling runs every stage many times: the model's gradients, running statistics and the RNG
+  // streams are put back afterwards, so planning leaves training exactly as it was.
+  const detail::ChainStateGuard untouched(chain, input);
+  const TimingThreads threads(options.threads());
+
+  CostTable table;
+  table.granularity = chain.granularity();
+  table.segment_bytes = segment_held_bytes(input, device);
+  table.source = "profiled on " + device.str() + ": medians of " + std::to_string(options.repeats()) + " to " +
+                 std::to_string(std::max(options.repeats(), options.max_repeats())) + " runs" +
+                 (options.mode() == CheckpointMode::non_reentrant ? ", segment ends: non-reentrant early stop" : "");
+  table.threads = threads.description();
+  measure_stages(chain, stage_inputs(chain, input), options, device, table);
   std::tie(table.segment_forward_seconds, table.segment_backward_seconds) =
       segment_fixed_seconds(input, options.mode(), device);
   scale_to_step_times(chain, input, options, device, table);
-  const std::vector<std::string> unstable = table.unstable_stages(options.tolerance());
-  if (!unstable.empty()) {
-    table.source += "; " + std::to_string(unstable.size()) + " stage" + (unstable.size() == 1 ? "" : "s") +
-                    " not within " + std::to_string(static_cast<int>(std::lround(options.tolerance() * 100))) +
-                    "% (e.g. '" + unstable.front() + "'): their spread widens the predictions";
-  }
+  table.source += unstable_note(table, options.tolerance());
   return table;
 }
 

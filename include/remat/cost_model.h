@@ -78,6 +78,8 @@ struct StageCost {
   int measured_rounds = 0;
 
   const StageOptionCost& option(const std::string& name) const;
+  /// Whether the table has a cost for the option `name` of this stage.
+  bool has_option(const std::string& name) const;
   /// spread_seconds relative to the default option's forward + backward (0 where they are 0).
   double relative_spread() const;
 };
@@ -134,6 +136,10 @@ struct Prediction {
   /// segments × CostTable::segment_spread_seconds.
   double segment_spread_seconds = 0;
 };
+
+/// `plan`'s predicted step time over `unchecked`'s, minus one (0.05 = 5% slower); 0 where the
+/// unchecked step takes no time.
+double predicted_overhead(const Prediction& plan, const Prediction& unchecked);
 
 /// The half-width of an approximate 95% interval of `plan`'s predicted overhead over `unchecked`
 /// (both simulated on one table): what the plan charges beyond the unchecked step, each stage's
