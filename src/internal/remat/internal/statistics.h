@@ -22,7 +22,9 @@ inline double median(std::vector<double> values) {
 
 /// The half-width of an approximate 95% interval of the median of `values`: twice its standard
 /// error from the median absolute deviation (robust to the one slow run a shared machine gives);
-/// 0 for fewer than two values.
+/// 0 for fewer than two values. Below six values the deviation is taken from the range as well,
+/// whichever is wider: the MAD of three values is the nearer neighbour's distance from the median,
+/// so two of three runs that land close would call a stage scattered over 0-40 ms pinned down.
 inline double median_spread(const std::vector<double>& values) {
   if (values.size() < 2) return 0.0;
   const double centre = median(values);
@@ -30,7 +32,14 @@ inline double median_spread(const std::vector<double>& values) {
   deviations.reserve(values.size());
   for (const double v : values) deviations.push_back(std::abs(v - centre));
   // 1.4826: MAD to standard deviation (normal); 1.253: the median's standard error over the mean's.
-  return 2 * 1.253 * 1.4826 * median(deviations) / std::sqrt(static_cast<double>(values.size()));
+  double deviation = 1.4826 * median(deviations);
+  if (values.size() < 6) {
+    // The expected range of n normal values over their standard deviation (d2 of quality control).
+    static constexpr double range_over_deviation[] = {0, 0, 1.128, 1.693, 2.059, 2.326};
+    const auto [low, high] = std::minmax_element(values.begin(), values.end());
+    deviation = std::max(deviation, (*high - *low) / range_over_deviation[values.size()]);
+  }
+  return 2 * 1.253 * deviation / std::sqrt(static_cast<double>(values.size()));
 }
 
 /// A distribution-free interval of the median of `values` (order statistics, about 95%: the
