@@ -17,10 +17,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "detail/torch_compat.h"
-#include "remat/memory.h"
-#include "remat/threads.h"
-#include "remat/memory.h"
+#include "base/torch_compat.h"
+#include "remat/memory/memory.h"
+#include "remat/base/threads.h"
+#include "remat/memory/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/internal/statistics.h"
 

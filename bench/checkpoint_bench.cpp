@@ -13,10 +13,10 @@
 #include <torch/torch.h>
 
 #include "remat/internal/statistics.h"
-#include "remat/checkpoint.h"
-#include "remat/memory.h"
-#include "remat/threads.h"
-#include "remat/memory.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/memory/memory.h"
+#include "remat/base/threads.h"
+#include "remat/memory/memory.h"
 #include "remat/models/layer_stack.h"
 
 namespace {

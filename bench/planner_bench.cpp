@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "remat/models/estimator.h"
-#include "remat/planner.h"
+#include "remat/planning/planner.h"
 
 int main(int argc, char** argv) {
   remat::models::GptConfig config;

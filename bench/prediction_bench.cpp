@@ -11,11 +11,11 @@
 
 #include <torch/torch.h>
 
-#include "remat/cost_model.h"
+#include "remat/planning/cost_model.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/plan_measurement.h"
-#include "remat/profiler.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/planning/profiler.h"
 
 int main(int argc, char** argv) {
   const int attempts = argc > 1 ? std::stoi(argv[1]) : 3;

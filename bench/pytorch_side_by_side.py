@@ -328,7 +328,7 @@ def remat_only_options(plan):
 
 
 def compact(items):
-    """The compact form of remat/plan.h (options omitted: all 'full')."""
+    """The compact form of remat/chain/plan.h (options omitted: all 'full')."""
     return " ".join(i if isinstance(i, str) else "[" + compact(i["checkpoint"]) + "]" for i in items)
 
 

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "remat/checkpoint.h"
+#include "remat/checkpoint/checkpoint.h"
 #include "remat/internal/statistics.h"
-#include "remat/selective.h"
+#include "remat/checkpoint/selective.h"
 
 namespace {
 

@@ -15,9 +15,9 @@
 #include <torch/torch.h>
 
 #include "remat/internal/statistics.h"
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 #include "remat/models/gpt.h"
-#include "remat/threads.h"
+#include "remat/base/threads.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"remat threads benchmark: one GPT step under four arrangements of the CPU threads"};

@@ -10,10 +10,10 @@
 
 #include <torch/torch.h>
 
-#include "remat/budget_planner.h"
-#include "remat/threads.h"
-#include "remat/memory.h"
-#include "remat/sequential_chain.h"
+#include "remat/planning/budget_planner.h"
+#include "remat/base/threads.h"
+#include "remat/memory/memory.h"
+#include "remat/chain/sequential_chain.h"
 #include "support/budget_report.h"
 
 namespace nn = torch::nn;

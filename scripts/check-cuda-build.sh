@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Compiles and links all of remat (library, tools, tests, examples, benchmarks) against Debian 13's
 # CUDA build of LibTorch 2.6 (libtorch-cuda-dev, contrib), on a machine without a GPU: the code only a
-# CUDA LibTorch compiles (src/detail/cuda_memory.cpp, CUDA paths of the tests) is built before a GPU
+# CUDA LibTorch compiles (src/memory/cuda_memory.cpp, CUDA paths of the tests) is built before a GPU
 # runs it. Nothing is run. Needs root (chroot, mounts); arguments are passed to cmake --build.
 #
 # Its own trixie chroot, $REMAT_DEBIAN13_CUDA_ROOT (default /var/cache/remat/debian13-cuda): a copy of
@@ -50,7 +50,7 @@ EOF
     -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST > "$build_dir/configure.log" 2>&1 ||
     { tail -30 "$build_dir/configure.log" >&2; echo "check-cuda-build: cmake failed (log: $build_dir/configure.log)" >&2; exit 1; }
   # CMakeLists.txt picks the CUDA sources when the Torch package defines the torch_cuda target.
-  grep -q "src/detail/cuda_memory.cpp" "$build_dir/CMakeFiles/remat.dir/build.make" ||
+  grep -q "src/memory/cuda_memory.cpp" "$build_dir/CMakeFiles/remat.dir/build.make" ||
     { echo "check-cuda-build: this LibTorch defines no torch_cuda target: CMakeLists.txt would compile no CUDA code" >&2; exit 1; }
   # The linker's notes about the missing cuDNN, once per executable, are noise here; the log has all.
   set +e

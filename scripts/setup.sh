@@ -13,7 +13,7 @@ if [ "${torch_packages[0]}" = libtorch-cuda-dev ]; then
   gloo_package=libgloo-cuda-dev python_torch_package=python3-torch-cuda
 fi
 packages=(cmake g++ make "${torch_packages[@]}" libopenblas0-pthread libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  "$gloo_package"  # headers of c10d's ProcessGroupGloo (remat/distributed.h); the code is in libtorch_cpu
+  "$gloo_package"  # headers of c10d's ProcessGroupGloo (remat/distributed/data_parallel.h); the code is in libtorch_cpu
   fortunes-min fortunes  # the default training corpus (English text)
   gnuplot-nox fonts-dejavu-core  # remat bench's and remat trace's plots (PNG and SVG)
   "$python_torch_package"  # bench/pytorch_side_by_side.py: the same LibTorch from Python, for comparisons

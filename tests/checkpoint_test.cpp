@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "detail/forward_state.h"
-#include "remat/checkpoint.h"
-#include "remat/memory.h"
+#include "checkpoint/forward_state.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/memory/memory.h"
 #include "support/compare.h"
 
 using remat::testing::bitwise_equal;

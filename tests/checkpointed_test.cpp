@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/checkpointed.h"
-#include "remat/policies.h"
-#include "remat/sequential_chain.h"
+#include "remat/checkpoint/checkpointed.h"
+#include "remat/chain/policies.h"
+#include "remat/chain/sequential_chain.h"
 #include "support/compare.h"
 #include "remat/models/layer_stack.h"
 

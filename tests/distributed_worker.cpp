@@ -20,10 +20,10 @@
 
 #include <torch/torch.h>
 
-#include "remat/checkpoint.h"
-#include "remat/checkpointed.h"
-#include "remat/distributed.h"
-#include "remat/memory.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/checkpoint/checkpointed.h"
+#include "remat/distributed/data_parallel.h"
+#include "remat/memory/memory.h"
 #include "remat/train/trainer.h"
 
 namespace nn = torch::nn;

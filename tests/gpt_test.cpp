@@ -3,12 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 #include "remat/models/fused_ops.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/models/gpt.h"
-#include "remat/plan.h"
-#include "remat/plan_measurement.h"
+#include "remat/chain/plan.h"
+#include "remat/measure/plan_measurement.h"
 #include "remat/models/gpt_policies.h"
 #include "support/compare.h"
 #include "support/tiny_gpt.h"

@@ -10,8 +10,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "remat/cost_model.h"
-#include "remat/plan.h"
+#include "remat/planning/cost_model.h"
+#include "remat/chain/plan.h"
 
 namespace {
 

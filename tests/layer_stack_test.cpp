@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/checkpointed.h"
-#include "remat/memory.h"
+#include "remat/checkpoint/checkpointed.h"
+#include "remat/memory/memory.h"
 #include "support/compare.h"
 #include "remat/models/layer_stack.h"
 

@@ -4,6 +4,7 @@
 # checkpointing per operator is the core's own) — and no message thrown below tools/
 # (src/, include/, models/, train/) names a command-line flag: the CLI maps fields to flags.
 set -u
+# The rooms: include/remat/<room>/ mirrored by src/<room>/; see may_include below.
 root=${1:?usage: layering_test.sh SOURCE_DIR}
 status=0
 model_words=$(grep -rniE 'gpt|attn|ffn|\bmlp\b|"selective"|matmul-inputs|"half"' "$root/src" "$root/include/remat")
@@ -14,5 +15,43 @@ flag_words=$(grep -rnE '"[^"]*--[a-z]' "$root/src" "$root/include" "$root/models
 if [ -n "$flag_words" ]; then
   echo "command-line flags in library strings:"; echo "$flag_words"; status=1
 fi
+# The rooms (include/remat/<room>/ and src/<room>/, each a subsystem): which rooms each may
+# include, public headers and private ones alike. Written once, here; remat/remat.h includes all.
+declare -A may_include=(
+  [base]="base"
+  [internal]="base memory internal"
+  [memory]="base memory internal"
+  [checkpoint]="base memory checkpoint"
+  [ops]="base ops"
+  [chain]="base memory checkpoint chain"
+  [measure]="base memory internal checkpoint chain measure"
+  [planning]="base memory internal checkpoint chain measure planning"
+  [distributed]="base distributed"
+)
+room_of() {  # an include's room: remat/<room>/x.h (public) or <room>/x.h (private, under src/)
+  local path=${1#remat/}
+  [[ $path == */* ]] && echo "${path%%/*}"
+}
+for dir in "$root"/include/remat/*/ "$root"/src/*/; do
+  room=$(basename "$dir")
+  if [ -z "${may_include[$room]+set}" ]; then
+    echo "room $room has no rule in tests/layering_test.sh"; status=1; continue
+  fi
+  while IFS=: read -r file _ include; do
+    target=$(room_of "$(sed -E 's/^#include "([^"]+)".*/\1/' <<<"$include")")
+    [ -z "$target" ] && continue
+    if [ -z "${may_include[$target]+set}" ]; then
+      [[ $include == *'"remat/'* ]] && { echo "$file: $include names no room"; status=1; }
+      continue
+    fi
+    case " ${may_include[$room]} " in
+      *" $target "*) ;;
+      *) echo "$file: room $room may not include room $target: $include"; status=1 ;;
+    esac
+  done < <(grep -rnE '^#include "' "$dir")
+done
+# Every public header lives in a room: nothing but the one include at the top.
+stray=$(find "$root/include/remat" -maxdepth 1 -name '*.h' ! -name remat.h)
+[ -n "$stray" ] && { echo "public headers outside any room:"; echo "$stray"; status=1; }
 [ $status -eq 0 ] && echo "layering ok"
 exit $status

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/checkpoint.h"
-#include "remat/memory.h"
-#include "remat/memory_timeline.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/memory/memory.h"
+#include "remat/memory/memory_timeline.h"
 
 TEST(MemoryTracker, CountsExactBytesOfLiveTensorsAndAResettablePeak) {
   remat::install_cpu_memory_tracker();

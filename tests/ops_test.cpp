@@ -9,10 +9,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "detail/torch_compat.h"
+#include "base/torch_compat.h"
 #include "ops/philox_keep.h"
-#include "remat/checkpoint.h"
-#include "remat/memory.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/memory/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/ops/dropout.h"
 #include "support/compare.h"

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/cost_model.h"
+#include "remat/planning/cost_model.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/policies.h"
+#include "remat/chain/policies.h"
 #include "support/compare.h"
 
 using remat::Plan;

@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/error.h"
-#include "remat/plan_comparison.h"
-#include "remat/plan_request.h"
-#include "remat/planner.h"
-#include "remat/throughput.h"
+#include "remat/base/error.h"
+#include "remat/planning/plan_comparison.h"
+#include "remat/planning/plan_request.h"
+#include "remat/planning/planner.h"
+#include "remat/planning/throughput.h"
 #include "support/compare.h"
 
 using remat::CostTable;

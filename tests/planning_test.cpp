@@ -10,14 +10,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/plan_measurement.h"
-#include "remat/planner.h"
-#include "remat/policies.h"
-#include "remat/profiler.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/planning/planner.h"
+#include "remat/chain/policies.h"
+#include "remat/planning/profiler.h"
 #include "remat/train/trainer.h"
 #include "support/compare.h"
 #include "support/tiny_gpt.h"

@@ -14,15 +14,15 @@
 #include <torch/library.h>
 #include <torch/torch.h>
 
-#include "detail/forward_state.h"
-#include "remat/checkpoint.h"
-#include "remat/budget_planner.h"
-#include "remat/memory.h"
-#include "remat/plan.h"
-#include "remat/policies.h"
-#include "remat/profiler.h"
-#include "remat/sequential_chain.h"
-#include "remat/selective.h"
+#include "checkpoint/forward_state.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/planning/budget_planner.h"
+#include "remat/memory/memory.h"
+#include "remat/chain/plan.h"
+#include "remat/chain/policies.h"
+#include "remat/planning/profiler.h"
+#include "remat/chain/sequential_chain.h"
+#include "remat/checkpoint/selective.h"
 #include "support/compare.h"
 
 namespace nn = torch::nn;

@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/budget_planner.h"
-#include "remat/memory.h"
-#include "remat/plan_measurement.h"
-#include "remat/profiler.h"
-#include "remat/planned.h"
-#include "remat/policies.h"
-#include "remat/sequential_chain.h"
+#include "remat/planning/budget_planner.h"
+#include "remat/memory/memory.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/planning/profiler.h"
+#include "remat/planning/planned.h"
+#include "remat/chain/policies.h"
+#include "remat/chain/sequential_chain.h"
 #include "remat/internal/statistics.h"
 #include "support/compare.h"
 

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/policies.h"
+#include "remat/chain/policies.h"
 #include "remat/train/state_dir.h"
 #include "remat/train/trainer.h"
 #include "support/compare.h"

@@ -8,13 +8,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/budget_planner.h"
-#include "remat/memory.h"
-#include "remat/plan_measurement.h"
-#include "remat/policies.h"
-#include "remat/profiler.h"
-#include "remat/sequential_chain.h"
-#include "remat/throughput.h"
+#include "remat/planning/budget_planner.h"
+#include "remat/memory/memory.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/chain/policies.h"
+#include "remat/planning/profiler.h"
+#include "remat/chain/sequential_chain.h"
+#include "remat/planning/throughput.h"
 #include "support/compare.h"
 #include "support/models.h"
 

@@ -17,14 +17,14 @@
 
 #include <torch/torch.h>
 
-#include "remat/budget_planner.h"
+#include "remat/planning/budget_planner.h"
 #include "remat/internal/table.h"
-#include "remat/plan_comparison.h"
-#include "remat/memory.h"
-#include "remat/plan_measurement.h"
-#include "remat/policies.h"
-#include "remat/profiler.h"
-#include "remat/sequential_chain.h"
+#include "remat/planning/plan_comparison.h"
+#include "remat/memory/memory.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/chain/policies.h"
+#include "remat/planning/profiler.h"
+#include "remat/chain/sequential_chain.h"
 
 namespace remat_examples {
 

@@ -1,41 +1,42 @@
 // remat/remat.h — the whole public API in one include.
 //
-//   checkpointing     checkpoint.h (functions), checkpointed.h (modules, Sequential segments),
-//                     selective.h (a policy per operator call: keep matmuls, recompute the rest)
-//   planning          chain.h, sequential_chain.h (your model as a chain), plan.h, policies.h,
-//                     budget.h, cost_model.h, profiler.h, planner.h, budget_planner.h, planned.h,
-//                     plan_request.h (a policy, a plan file or a budget: one decision),
-//                     plan_measurement.h, plan_comparison.h (measured: the planner against policies),
-//                     threads.h (the CPU threads it times under)
-//   accounting        memory.h, memory_timeline.h
-//   inside operations ops/attention.h, ops/dropout.h
-//   data parallel     distributed.h
-//   errors            error.h
+//   base        base/error.h (how misuse is reported), base/threads.h (the CPU threads timed under)
+//   memory      memory/memory.h (exact bytes held), memory/memory_timeline.h
+//   checkpoint  checkpoint/checkpoint.h (functions), checkpoint/checkpointed.h (modules, Sequential
+//               segments), checkpoint/selective.h (a policy per operator call)
+//   ops         ops/attention.h, ops/dropout.h (recomputation inside operations)
+//   chain       chain/chain.h, chain/sequential_chain.h (your model as a chain), chain/plan.h,
+//               chain/policies.h (the rules of thumb)
+//   measure     measure/plan_measurement.h (plans run for real: time, bytes, exactness)
+//   planning    planning/budget.h, cost_model.h, profiler.h, planner.h, budget_planner.h,
+//               planned.h, plan_request.h, throughput.h, plan_comparison.h
+//   distributed distributed/data_parallel.h
 //
-// Each header also stands alone (a test includes each by itself), for builds that want less.
+// Each room includes only the rooms above it in this list (tests/layering_test.sh); each header
+// also stands alone (a test includes each by itself), for builds that want less.
 #pragma once
 
-#include "remat/budget.h"
-#include "remat/budget_planner.h"
-#include "remat/chain.h"
-#include "remat/checkpoint.h"
-#include "remat/checkpointed.h"
-#include "remat/cost_model.h"
-#include "remat/distributed.h"
-#include "remat/error.h"
-#include "remat/memory.h"
-#include "remat/memory_timeline.h"
+#include "remat/base/error.h"
+#include "remat/base/threads.h"
+#include "remat/memory/memory.h"
+#include "remat/memory/memory_timeline.h"
+#include "remat/checkpoint/checkpoint.h"
+#include "remat/checkpoint/checkpointed.h"
+#include "remat/checkpoint/selective.h"
 #include "remat/ops/attention.h"
 #include "remat/ops/dropout.h"
-#include "remat/plan.h"
-#include "remat/plan_comparison.h"
-#include "remat/plan_measurement.h"
-#include "remat/plan_request.h"
-#include "remat/planned.h"
-#include "remat/planner.h"
-#include "remat/policies.h"
-#include "remat/profiler.h"
-#include "remat/selective.h"
-#include "remat/sequential_chain.h"
-#include "remat/threads.h"
-#include "remat/throughput.h"
+#include "remat/chain/chain.h"
+#include "remat/chain/plan.h"
+#include "remat/chain/policies.h"
+#include "remat/chain/sequential_chain.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/planning/budget.h"
+#include "remat/planning/budget_planner.h"
+#include "remat/planning/cost_model.h"
+#include "remat/planning/plan_comparison.h"
+#include "remat/planning/plan_request.h"
+#include "remat/planning/planned.h"
+#include "remat/planning/planner.h"
+#include "remat/planning/profiler.h"
+#include "remat/planning/throughput.h"
+#include "remat/distributed/data_parallel.h"

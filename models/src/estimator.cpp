@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::models {
 

@@ -12,11 +12,11 @@
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/init.h>
 
-#include "remat/checkpoint.h"
+#include "remat/checkpoint/checkpoint.h"
 #include "remat/models/estimator.h"
 #include "remat/models/fused_ops.h"
-#include "remat/error.h"
-#include "remat/memory.h"
+#include "remat/base/error.h"
+#include "remat/memory/memory.h"
 #include "remat/ops/attention.h"
 #include "remat/ops/dropout.h"
 

@@ -1,10 +1,10 @@
 #include "remat/models/gpt_planning.h"
 
-#include "remat/budget_planner.h"
-#include "remat/error.h"
+#include "remat/planning/budget_planner.h"
+#include "remat/base/error.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/profiler.h"
+#include "remat/planning/profiler.h"
 
 namespace remat::models {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt.h"
 

@@ -1,6 +1,6 @@
 // The gradient synchroniser: averages gradients over the ranks in buckets, from hooks on the
 // parameters' gradient accumulators.
-#include "remat/distributed.h"
+#include "remat/distributed/data_parallel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +11,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::distributed {
 

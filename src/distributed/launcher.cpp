@@ -1,5 +1,5 @@
 // The local launcher: runs a program as several ranks on this machine, as torchrun does.
-#include "remat/distributed.h"
+#include "remat/distributed/data_parallel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

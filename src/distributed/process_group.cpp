@@ -1,6 +1,6 @@
 // The process group: the environment a rank joins from, the rendezvous (store and Gloo group),
 // and the collectives.
-#include "remat/distributed.h"
+#include "remat/distributed/data_parallel.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +15,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "detail/torch_compat.h"
-#include "remat/error.h"
+#include "base/torch_compat.h"
+#include "remat/base/error.h"
 
 #include <netdb.h>
 #include <sys/socket.h>

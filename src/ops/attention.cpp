@@ -17,9 +17,9 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "detail/torch_compat.h"
+#include "base/torch_compat.h"
 #include "ops/philox_keep.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/ops/dropout.h"
 
 #if REMAT_TORCH_AT_LEAST(2, 1)

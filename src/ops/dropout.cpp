@@ -21,7 +21,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "ops/philox_keep.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::ops {
 namespace {

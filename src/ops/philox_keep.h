@@ -13,7 +13,7 @@
 #include <ATen/core/PhiloxRNGEngine.h>
 #include <ATen/core/Tensor.h>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::ops::detail {
 

@@ -2,7 +2,7 @@
 
 #include <torch/nn/modules/linear.h>
 
-#include <remat/checkpoint.h>
+#include <remat/checkpoint/checkpoint.h>
 
 int main() {
   torch::nn::Linear linear(4, 4);

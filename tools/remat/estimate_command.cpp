@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "model_flags.h"
 #include "planning.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/models/estimator.h"
 #include "remat/internal/table.h"
 

@@ -13,10 +13,10 @@
 
 #include "commands.h"
 #include "invocation.h"
-#include "remat/error.h"
-#include "remat/memory.h"
-#include "remat/threads.h"
-#include "remat/memory.h"
+#include "remat/base/error.h"
+#include "remat/memory/memory.h"
+#include "remat/base/threads.h"
+#include "remat/memory/memory.h"
 
 namespace {
 

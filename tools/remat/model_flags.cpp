@@ -5,7 +5,7 @@
 
 #include <set>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/train/presets.h"
 
 namespace remat::cli {
@@ -33,7 +33,7 @@ void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string
         ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->group("Model");
     return;
   }
-  command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, remat/threads.h)")
+  command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, remat/base/threads.h)")
       ->capture_default_str()->group("Machine");
   command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")
       ->capture_default_str()

@@ -14,13 +14,13 @@
 #include "model_flags.h"
 #include "planning.h"
 #include "plots.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/internal/files.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/plan_comparison.h"
-#include "remat/plan_measurement.h"
-#include "remat/throughput.h"
+#include "remat/planning/plan_comparison.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/planning/throughput.h"
 #include "remat/train/corpus.h"
 #include "remat/internal/table.h"
 
@@ -255,7 +255,7 @@ void run_budget_plan(PlanFlags& flags) {
 }
 
 // `--maximize throughput`: under each budget, the micro-batch and plan with the most tokens per
-// second (remat/throughput.h), beside no checkpointing at the largest micro-batch that fits and the
+// second (remat/planning/throughput.h), beside no checkpointing at the largest micro-batch that fits and the
 // whole batch under its optimal plan; with --measure, each run as well.
 struct ThroughputRow {
   std::string budget;

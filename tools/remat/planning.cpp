@@ -4,10 +4,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "remat/budget.h"
-#include "remat/memory.h"
-#include "remat/threads.h"
-#include "remat/error.h"
+#include "remat/planning/budget.h"
+#include "remat/memory/memory.h"
+#include "remat/base/threads.h"
+#include "remat/base/error.h"
 #include "remat/internal/files.h"
 #include "remat/models/estimator.h"
 #include "remat/train/corpus.h"

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_planning.h"
 #include "remat/train/trainer.h"

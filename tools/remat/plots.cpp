@@ -1,6 +1,6 @@
 #include "plots.h"
 
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 
 #include "remat/internal/files.h"
 #include "remat/internal/table.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "remat/memory_timeline.h"
+#include "remat/memory/memory_timeline.h"
 
 namespace remat::cli {
 

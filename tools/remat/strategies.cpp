@@ -4,9 +4,9 @@
 #include <iostream>
 #include <optional>
 
-#include "remat/error.h"
-#include "remat/memory.h"
-#include "remat/memory_timeline.h"
+#include "remat/base/error.h"
+#include "remat/memory/memory.h"
+#include "remat/memory/memory_timeline.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/internal/table.h"

@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "remat/error.h"
-#include "remat/memory.h"
-#include "remat/memory_timeline.h"
+#include "remat/base/error.h"
+#include "remat/memory/memory.h"
+#include "remat/memory/memory_timeline.h"
 #include "strategies.h"
 #include "remat/internal/table.h"
 

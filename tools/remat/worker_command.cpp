@@ -22,12 +22,12 @@
 #include "model_flags.h"
 #include "planning.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/internal/files.h"
-#include "remat/memory.h"
-#include "remat/memory_timeline.h"
+#include "remat/memory/memory.h"
+#include "remat/memory/memory_timeline.h"
 #include "remat/models/gpt.h"
-#include "remat/policies.h"
+#include "remat/chain/policies.h"
 
 namespace remat::cli {
 namespace {

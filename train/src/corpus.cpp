@@ -9,7 +9,7 @@
 
 #include <ATen/ops/empty.h>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::train {
 

@@ -1,6 +1,6 @@
 #include "remat/train/presets.h"
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 
 namespace remat::train {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <cstring>
 
-#include "remat/error.h"
+#include "remat/base/error.h"
 #include "remat/internal/files.h"
 
 namespace remat::train {

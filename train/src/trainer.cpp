@@ -10,12 +10,12 @@
 #include <torch/utils.h>
 #include <unistd.h>
 
-#include "remat/memory.h"
-#include "remat/threads.h"
-#include "remat/error.h"
+#include "remat/memory/memory.h"
+#include "remat/base/threads.h"
+#include "remat/base/error.h"
 #include "remat/internal/files.h"
 #include "remat/internal/statistics.h"
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_planning.h"
 #include "remat/models/gpt_policies.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "remat/chain.h"
-#include "remat/cost_model.h"
+#include "remat/chain/chain.h"
+#include "remat/planning/cost_model.h"
 #include "remat/models/gpt.h"
 
 namespace remat::models {

@@ -34,8 +34,8 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
-#include "remat/chain.h"
-#include "remat/plan.h"
+#include "remat/chain/chain.h"
+#include "remat/chain/plan.h"
 
 namespace remat::models {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "remat/plan_request.h"
-#include "remat/planner.h"
-#include "remat/throughput.h"
+#include "remat/planning/plan_request.h"
+#include "remat/planning/planner.h"
+#include "remat/planning/throughput.h"
 #include "remat/models/gpt.h"
 
 namespace remat::models {
@@ -45,7 +45,7 @@ ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std
                            const MeasurePeak& measure_peak = nullptr);
 
 /// Profiles `model` (half-block chain) at each of `batches`, on the first rows of `tokens` and
-/// `targets`, for plan_throughput (remat/throughput.h).
+/// `targets`, for plan_throughput (remat/planning/throughput.h).
 ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
                                     const std::vector<int64_t>& batches, int repeats,
                                     CheckpointMode mode = CheckpointMode::reentrant);

@@ -1,4 +1,4 @@
-// The GPT's checkpointing policies: the generic ones (remat/policies.h) over its blocks, and those
+// The GPT's checkpointing policies: the generic ones (remat/chain/policies.h) over its blocks, and those
 // that need its anatomy — attention and MLP halves, and what a block keeps inside.
 //
 //   none  block  every:K  segments:K  sqrt           (generic, on whole blocks)
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "remat/policies.h"
+#include "remat/chain/policies.h"
 
 namespace remat::models {
 

@@ -13,7 +13,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
-#include "remat/checkpoint.h"
+#include "remat/checkpoint/checkpoint.h"
 
 namespace remat::models {
 

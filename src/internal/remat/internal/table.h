@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "remat/memory.h"
+#include "remat/memory/memory.h"
 
 namespace remat {
 

@@ -15,15 +15,15 @@
 
 #include <torch/optim/adamw.h>
 
-#include "remat/threads.h"
-#include "remat/plan_request.h"
-#include "remat/planner.h"
+#include "remat/base/threads.h"
+#include "remat/planning/plan_request.h"
+#include "remat/planning/planner.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_planning.h"
-#include "remat/plan.h"
-#include "remat/distributed.h"
-#include "remat/plan_measurement.h"
-#include "remat/throughput.h"
+#include "remat/chain/plan.h"
+#include "remat/distributed/data_parallel.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/planning/throughput.h"
 #include "remat/train/corpus.h"
 
 namespace remat::train {
@@ -47,7 +47,7 @@ struct TrainOptions {
   /// batch's own. 0: the whole batch at once. A divisor of `batch`; plans are made for it.
   int64_t micro_batch = 0;
   /// With a budget: choose micro_batch together with the plan, for the most samples per second
-  /// under the budget (remat/throughput.h; a share of the budget is of the whole batch's peak).
+  /// under the budget (remat/planning/throughput.h; a share of the budget is of the whole batch's peak).
   bool maximize_throughput = false;
   int threads = std::min(2, usable_cpus());  ///< 2, or 1 where the process may use one CPU only
   uint64_t seed = 0;
@@ -59,7 +59,7 @@ struct TrainOptions {
   int keep_last = 1;       ///< saved states kept in save_dir, the newest; older ones are removed
   /// Data-parallel training: this process is one rank of the group. `batch` is then per rank: step
   /// t's global batch (batch x ranks sequences) is the same whatever the number of ranks, and rank r
-  /// trains on its r-th slice; gradients are averaged (remat/distributed.h); rank 0 alone saves.
+  /// trains on its r-th slice; gradients are averaged (remat/distributed/data_parallel.h); rank 0 alone saves.
   std::shared_ptr<distributed::ProcessGroup> process_group;
   distributed::SynchronizerOptions synchronizer;
 };

@@ -1,0 +1,126 @@
+// remat/checkpoint/checkpoint.h — activation checkpointing for a function of tensors.
+//
+//   auto y = remat::checkpoint([&](const torch::Tensor& x) { return block->forward(x); }, x);
+//
+// Forward runs `fn` without keeping its intermediate activations: only its inputs are kept.
+// Backward recomputes `fn` from them with grad enabled, under the RNG, autocast and grad-mode
+// state of the forward, and back-propagates through the recomputed graph.
+//
+// Unlike PyTorch's reentrant `torch.utils.checkpoint`, tensors that require grad and are used
+// inside `fn` without being passed in `inputs` (a module's parameters) are found by recording the
+// forward's graph (with its saved tensors dropped, so nothing is kept) and become inputs of the
+// checkpoint's autograd node. Hence parameters get gradients even when no input requires grad,
+// `torch::autograd::grad` works, and a parameter's hooks fire once per backward.
+//
+// A tensor the forward saved for backward (an input, a parameter, a tensor `fn` captures) that
+// changes in place before the recompute reads it is refused with an error naming the checkpoint,
+// where the unchecked program raises LibTorch's "modified by an inplace operation": the version of
+// each is recorded at forward and compared before the recompute (PyTorch's checkpoint does not
+// check captured tensors; LibTorch skips the check for tensors saved through hooks).
+//
+// Under `torch::NoGradGuard`, `checkpoint` just calls `fn`.
+//
+// Two modes (CheckpointMode):
+//   reentrant      one autograd node for the whole function; its backward recomputes `fn` fully and
+//                  returns every input's and parameter's gradient at once (the above).
+//   non_reentrant  the forward runs `fn` under saved-tensor hooks that keep a handle instead of each
+//                  tensor an operation saves (only the inputs, RNG and autocast state are kept);
+//                  the backward's first unpack recomputes `fn` and stops as soon as every handle the
+//                  backward still needs is filled (an early stop, generic for any function).
+//                  Gradients flow through the forward's own graph: each parameter's gradient
+//                  accumulates when its node finishes, its hooks fire in the natural order, and
+//                  nothing is discovered by recording the forward twice. A second backward
+//                  (retain_graph) recomputes again.
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+#include <torch/arg.h>
+
+#include "remat/checkpoint/selective.h"
+
+namespace remat {
+
+enum class CheckpointMode { reentrant, non_reentrant };
+
+/// "reentrant" or "non-reentrant", as plans and reports spell it.
+const char* to_string(CheckpointMode mode);
+/// The inverse of to_string; a clear error for anything else.
+CheckpointMode parse_checkpoint_mode(const std::string& text);
+/// Writes to_string(mode).
+std::ostream& operator<<(std::ostream& out, CheckpointMode mode);
+
+/// The mode of checkpoint calls whose options name none (reentrant unless a CheckpointModeGuard
+/// says otherwise on this thread).
+CheckpointMode default_checkpoint_mode();
+
+/// Sets the default mode on this thread while alive (e.g. for a whole model of Checkpointed
+/// modules): `remat::CheckpointModeGuard mode(remat::CheckpointMode::non_reentrant);`
+class CheckpointModeGuard {
+ public:
+  explicit CheckpointModeGuard(CheckpointMode mode);
+  ~CheckpointModeGuard();
+  CheckpointModeGuard(const CheckpointModeGuard&) = delete;
+  CheckpointModeGuard& operator=(const CheckpointModeGuard&) = delete;
+
+ private:
+  CheckpointMode previous_;
+};
+
+/// Options of one `checkpoint` call; chain the setters: `CheckpointOptions().name("block3")`.
+struct CheckpointOptions {
+  /// Restore the RNG state of the forward (CPU, and CUDA devices of the inputs) for the
+  /// recompute, in a forked scope: dropout draws the same masks and the RNG stream after
+  /// backward is the same as without checkpointing. Turn off only for RNG-free functions.
+  TORCH_ARG(bool, preserve_rng_state) = true;
+  /// Names the checkpointed function in error messages.
+  TORCH_ARG(std::string, name) = "checkpoint";
+  /// Tensors that `fn` updates in place as a side effect (BatchNorm running statistics): their
+  /// values are restored after the recompute, so the update happens once, in the forward.
+  /// `Checkpointed` and `checkpoint_sequential` pass their modules' buffers here themselves.
+  TORCH_ARG(std::vector<at::Tensor>, restore_after_recompute) = {};
+  /// The mode; none: default_checkpoint_mode().
+  TORCH_ARG(c10::optional<CheckpointMode>, mode) = c10::nullopt;
+  /// Selective checkpointing (remat/checkpoint/selective.h): per operator call of the forward, keep its
+  /// results or recompute them. None (the default): only the inputs are kept.
+  TORCH_ARG(SelectivePolicy, selective) = nullptr;
+  /// As the recompute reaches each operator call, check that the tensors it reads from outside the
+  /// function (captured tensors, parameters) are the ones the forward's call read, unchanged: a
+  /// captured `w` changed in place (`w.add_(1)`) or rebound (`w = w + 1`) after the forward is
+  /// refused, naming the operator, where no version counter sees it. Costs an interception of every
+  /// operator call; on by default where `selective` intercepts them anyway.
+  TORCH_ARG(c10::optional<bool>, check_reads) = c10::nullopt;
+
+ public:
+  /// PyTorch's name (torch.utils.checkpoint's use_reentrant): mode(on ? reentrant : non_reentrant).
+  CheckpointOptions& use_reentrant(bool on) {
+    mode_ = on ? CheckpointMode::reentrant : CheckpointMode::non_reentrant;
+    return *this;
+  }
+  /// The same as use_reentrant (remat's first spelling, still accepted).
+  CheckpointOptions& reentrant(bool on) { return use_reentrant(on); }
+  /// mode(), or the thread's default where none is set.
+  CheckpointMode effective_mode() const { return mode_.value_or(default_checkpoint_mode()); }
+  /// check_reads(), or its default: on exactly when a selective policy is set.
+  bool effective_check_reads() const { return check_reads_.value_or(static_cast<bool>(selective_)); }
+};
+
+using TensorFunction = std::function<at::Tensor(const at::Tensor&)>;
+using TensorListFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+/// Checkpoints a function of several tensors returning several tensors. Inputs may be undefined
+/// or not require grad; outputs may be integer (non-differentiable), undefined or unused.
+std::vector<at::Tensor> checkpoint(const TensorListFunction& fn,
+                                   const std::vector<at::Tensor>& inputs,
+                                   const CheckpointOptions& options = {});
+
+/// Checkpoints a function of one tensor returning one tensor.
+at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input,
+                      const CheckpointOptions& options = {});
+
+}  // namespace remat

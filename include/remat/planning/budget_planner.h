@@ -1,0 +1,135 @@
+// remat/planning/budget_planner.h — "give it a memory budget, it chooses what to keep", in one call, for
+// any chain (your own model through SequentialChain, or a Chain of your own).
+//
+//   remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::cross_entropy(out, labels); });
+//   remat::PlanResult p = remat::plan_for_budget(chain, images, "50%");   // profiles, then plans
+//   std::cout << p.plan.to_string() << ", predicted peak " << p.prediction.peak_bytes << " bytes\n";
+//   at::Tensor loss = remat::run_plan(chain, p.plan, images);             // every training step
+//
+// The plan is the optimal planner's (planner.h) on the measured cost table (profiler.h), then
+// verified: run for one measured step, and while its measured peak passes the budget, planned again
+// for a budget lowered by the overshoot (plan_verified); then, where the cost model cannot tell it
+// from a rule of thumb that fits (their predictions within the noise), timed against those in a
+// short interleaved series, the fastest kept (choose_by_measurement). A budget no plan measures within is an
+// error naming the least budget that measured feasible. To keep the status instead, profile_chain
+// then plan_verified (or plan_optimal, unmeasured).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "remat/planning/planner.h"
+#include "remat/base/threads.h"
+
+namespace remat {
+
+/// When the planned plan is timed against the rules of thumb nearest it (choose_by_measurement).
+enum class ChooseByMeasurement {
+  automatic,  ///< where the series is predicted to take at most MeasuredChoiceOptions::max_seconds
+  always,
+  never,
+};
+
+struct MeasuredChoiceOptions {
+  TORCH_ARG(ChooseByMeasurement, when) = ChooseByMeasurement::automatic;
+  /// The most rules of thumb timed against the plan: the fastest predicted of those predicted to
+  /// fit and to lie within the noise of the plan (its and their spreads, or `margin`).
+  TORCH_ARG(int, candidates) = 3;
+  /// Interleaved measured steps per plan, in one series.
+  TORCH_ARG(int, steps) = 11;
+  /// Where a candidate measured faster by its median but its interval still reaches 1, another
+  /// series is run and added to the first, up to this many in all (automatic: as far as
+  /// max_seconds allows).
+  TORCH_ARG(int, max_series) = 3;
+  /// `automatic`: measure only where (1 + candidates) x (steps + 1) predicted steps take at most this.
+  TORCH_ARG(double, max_seconds) = 10.0;
+  /// A rule of thumb predicted slower than the plan by more than this share of the unchecked step,
+  /// and by more than the predictions' spreads, is not timed: the cost model separates them.
+  TORCH_ARG(double, margin) = 0.03;
+};
+
+struct BudgetPlanOptions {
+  /// Measured profiling runs per stage and option; times are their medians.
+  TORCH_ARG(int, repeats) = 3;
+  /// Unmeasured profiling runs first.
+  TORCH_ARG(int, warmup) = 1;
+  /// Memory grid of the dynamic program: the budget is cut into this many units.
+  TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
+  /// The checkpoint mode the plan will run in (the planner counts what each mode holds).
+  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
+  /// Plans again at most this many times when the plan's measured peak passes the budget; -1: do not
+  /// measure (trust the prediction).
+  TORCH_ARG(int, max_replans) = 3;
+  /// Offer the planner the generic option "sac" on every stage (kSelectiveOption, chain.h):
+  /// profiled with the others, chosen where it pays.
+  TORCH_ARG(bool, selective_option) = true;
+  /// The verified plan timed against the nearest rules of thumb, the fastest kept.
+  TORCH_ARG(MeasuredChoiceOptions, choice) = {};
+  /// Oversubscribed CPU threads rearranged while profiling and measuring (threads.h).
+  TORCH_ARG(ThreadsWhileTiming, threads) = ThreadsWhileTiming::arranged;
+
+ public:
+  /// The planner's part of these options.
+  PlannerOptions planner() const { return PlannerOptions().mode(mode_).memory_slots(memory_slots_); }
+};
+
+/// A plan's activation peak in bytes, measured in one training step.
+using MeasurePeak = std::function<int64_t(const Plan&)>;
+
+/// The plan for `budget` on `costs`, measured to fit: the optimal plan is measured with
+/// `measure_peak`; while its peak passes the budget, the planner is asked again for the budget
+/// lowered by the largest overshoot of measured over predicted seen so far (at most `max_replans`
+/// times), and last the least-memory plan. The result records the measured peak and the re-plans;
+/// `feasible` means measured within the budget (else least_feasible_budget_bytes is the least-memory
+/// plan's measured peak, and ensure_feasible() says so).
+PlanResult plan_verified(const CostTable& costs, const Budget& budget, const PlannerOptions& options,
+                         const MeasurePeak& measure_peak, int max_replans = 3);
+
+/// The activation peak of one training step of `plan` on `sample_input` (after a warm-up step),
+/// the model left as it was (gradients, buffers, RNG). A chain without a loss is back-propagated
+/// from a gradient of ones the size of its output, as a loss's gradient would be.
+int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& sample_input);
+
+/// A candidate plan beside the planned one.
+struct CandidatePlan {
+  std::string name;
+  Plan plan;
+};
+
+/// Times `planned` (a feasible result on `costs`) against `candidates` in `steps` interleaved steps
+/// on `sample_input`, and keeps the fastest whose measured peak fits the budget and whose paired step
+/// ratio to `planned` lies below 1 with its whole ~95% interval (else `planned`); up to `max_series`
+/// series of `steps` while a candidate is faster by its median but not beyond the spread. The
+/// result's plan, prediction and measured peak are the kept one's, and measured_choice says what
+/// was timed and what it measured.
+PlanResult choose_fastest(Chain& chain, const CostTable& costs, PlanResult planned,
+                          const std::vector<CandidatePlan>& candidates, const at::Tensor& sample_input, int steps,
+                          ThreadsWhileTiming threads = ThreadsWhileTiming::arranged, int max_series = 1);
+
+/// The generic rules of thumb (generic_policy_candidates, planner.h) that the cost model cannot
+/// separate from `planned`: predicted to fit its budget and to be at most `margin` of the unchecked
+/// step (or the predictions' spreads) slower; the fastest predicted first, `options.candidates()` at most.
+std::vector<CandidatePlan> nearest_rules_of_thumb(const Chain& chain, const CostTable& costs, const PlanResult& planned,
+                                                  const MeasuredChoiceOptions& options = {});
+
+/// `planned` timed against nearest_rules_of_thumb (choose_fastest) when `options.when()` says so;
+/// otherwise returned with measured_choice.reason saying why not.
+PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResult planned,
+                                 const at::Tensor& sample_input, const MeasuredChoiceOptions& options = {},
+                                 ThreadsWhileTiming threads = ThreadsWhileTiming::arranged);
+
+/// Profiles `chain` on `sample_input` (the model's input; the chain's loss, if it has one, set up
+/// for it), plans for `budget` and verifies the plan on it (max_replans). Profiling and measuring
+/// leave the model's gradients, buffers and the RNG streams as they were. Throws when no plan fits,
+/// naming the least feasible budget. The verified plan is then timed against the nearest rules of
+/// thumb where that is cheap (BudgetPlanOptions::choice, choose_by_measurement).
+PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
+                           const BudgetPlanOptions& options = {});
+
+/// The old name of PlanResult (remat 0.x); still accepted.
+using BudgetPlan = PlanResult;
+
+}  // namespace remat

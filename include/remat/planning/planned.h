@@ -1,0 +1,71 @@
+// remat/planning/planned.h — a Sequential that plans its own checkpointing under a memory budget.
+//
+//   remat::Planned net(torch::nn::Sequential(...), "50%");   // or remat::Budget::bytes(512 << 20)
+//   auto y = net->forward(x);        // first forward in training mode: profile, plan, then run
+//   std::cout << net->plan().to_string();                      // what it keeps, what it recomputes
+//
+// Calibration profiles the modules on a sample batch (explicitly with calibrate(), or on the first
+// forward in training mode) and plans with the optimal planner (budget_planner.h); every training
+// forward then runs under that plan. The plan is valid for one input shape, dtype and device: a
+// forward on another is an error naming both shapes, unless PlannedOptions::replan_on_new_shape is
+// set, in which case it calibrates again. In evaluation mode or without grad it runs plainly.
+// Parameter and buffer names are the Sequential's own ("0.weight"), so state files load either way.
+#pragma once
+
+#include <optional>
+#include <ostream>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+
+#include "remat/planning/budget_planner.h"
+#include "remat/chain/sequential_chain.h"
+
+namespace remat {
+
+struct PlannedOptions {
+  /// Profiling repeats and the planner's memory grid.
+  TORCH_ARG(BudgetPlanOptions, planning) = {};
+  /// Consecutive modules per stage (SequentialChainOptions::group_sizes); empty: one each.
+  TORCH_ARG(std::vector<int64_t>, group_sizes) = {};
+  /// On an input of another shape, dtype or device: plan again (true) or refuse (false).
+  TORCH_ARG(bool, replan_on_new_shape) = false;
+};
+
+class PlannedImpl : public torch::nn::Module {
+ public:
+  PlannedImpl(torch::nn::Sequential sequential, Budget budget, PlannedOptions options = {});
+
+  /// Training mode with grad: runs under the plan (calibrating first if needed); otherwise plainly.
+  at::Tensor forward(const at::Tensor& input);
+
+  /// Profiles on `sample_input` and plans for the budget; returns the result.
+  const PlanResult& calibrate(const at::Tensor& sample_input);
+  bool calibrated() const { return result_.has_value(); }
+  /// The plan and its prediction (with the threads it was timed under, PlanResult::timed_under,
+  /// and the measured choice); throws before calibration.
+  const PlanResult& budget_plan() const;
+  const Plan& plan() const { return budget_plan().plan; }
+  const Budget& budget() const { return budget_; }
+  /// The chain the plan runs on (one stage per module or group; no loss stage).
+  SequentialChain& chain() { return *chain_; }
+  torch::nn::Sequential sequential() const { return sequential_; }
+
+  void train(bool on = true) override;
+  void pretty_print(std::ostream& stream) const override;
+
+ private:
+  torch::nn::Sequential sequential_;
+  std::shared_ptr<SequentialChain> chain_;
+  Budget budget_;
+  PlannedOptions options_;
+  std::optional<PlanResult> result_;
+  std::vector<int64_t> calibrated_sizes_;
+  at::ScalarType calibrated_dtype_ = at::kFloat;
+  c10::Device calibrated_device_ = c10::kCPU;
+};
+
+TORCH_MODULE(Planned);
+
+}  // namespace remat

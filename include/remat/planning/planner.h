@@ -1,0 +1,196 @@
+// remat/planning/planner.h — choosing what to keep under a memory budget, from a chain's cost table.
+//
+//   remat::PlanResult r = remat::plan_optimal(costs, "50%");     // or Budget::bytes(512 << 20)
+//   if (r.feasible) run_plan(chain, r.plan, x);                     // the fastest plan predicted to fit
+//   else std::cout << "needs at least " << r.least_feasible_budget_bytes << " bytes\n";
+//
+// Every planner answers with a PlanResult, a status: an impossible budget is a result, not an
+// exception (plan_for_budget in budget_planner.h is the throwing convenience, and
+// PlanResult::ensure_feasible turns a status into one). Plans take their stage names, granularity
+// and default options from the cost table; run_plan checks them by name against the chain.
+//
+// The optimal planner is the dynamic program over nested segments of rotor (Beaumont et al. 2019)
+// for heterogeneous chains, choosing each stage's option too; its predictions are the simulator's
+// (cost_model.h), so a plan it returns replays to exactly its cost. Memory is discretised into
+// `memory_slots` units of ceil(max_budget / slots) bytes: sizes round up and budgets down, so a plan
+// feasible in units fits in bytes (and where rounding made the table pessimistic, rows above the
+// budget's are tried while the simulator says their plans still fit). The table is bounded (a GiB,
+// seconds to fill): on long chains segments are limited in length (max_segment_stages). Revolve and
+// Chen's greedy rule are the classic planners, for comparison; both read the chain's blocks
+// (StageInfo::block), not positions: Revolve averages the block stages' costs, Chen cuts runs of
+// block stages and leaves stages outside blocks plain.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/arg.h>
+
+#include "remat/planning/budget.h"
+#include "remat/planning/cost_model.h"
+
+namespace remat {
+namespace detail {
+struct UnitStage;  // a stage's costs in the table's memory units (planner.cpp)
+}  // namespace detail
+
+/// The memory grid every planner uses unless told otherwise.
+constexpr int64_t kDefaultMemorySlots = 1000;
+
+struct PlannerOptions {
+  /// The checkpoint mode plans will run in (the planner counts what each mode holds).
+  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
+  /// Memory grid of the dynamic program: the largest budget it answers is cut into this many units.
+  TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
+};
+
+enum class PlannerKind { optimal, revolve, chen, policy };
+/// "optimal", "revolve", "chen" or "policy".
+std::string to_string(PlannerKind kind);
+
+/// A plan timed against the rules of thumb nearest it, and the one kept (choose_by_measurement,
+/// budget_planner.h).
+struct MeasuredChoice {
+  struct Candidate {
+    std::string name;  ///< "planned" for the planner's own plan, else the policy
+    std::string plan;  ///< Plan::to_string
+    double predicted_overhead = 0, predicted_overhead_spread = 0;
+    /// Step time over the planned plan's, paired per round: median and ~95% interval.
+    double ratio = 1, ratio_low = 1, ratio_high = 1;
+    int64_t measured_peak_bytes = -1;
+    bool fits = false;  ///< measured peak within the budget
+  };
+  bool measured = false;
+  /// Why it was or was not measured, and what it kept.
+  std::string reason;
+  std::vector<Candidate> candidates;  ///< [0]: the planner's own plan
+  size_t chosen = 0;                  ///< index into candidates
+  int steps = 0;                      ///< interleaved steps per candidate, all series together
+  double seconds = 0;                 ///< what the measured series took
+};
+
+/// What a planner chose for one budget.
+struct PlanResult {
+  PlannerKind planner = PlannerKind::optimal;
+  std::string name;        ///< the policy for PlannerKind::policy; otherwise to_string(planner)
+  bool feasible = false;   ///< predicted to fit the budget
+  Plan plan;               ///< the choice; for the optimal planner empty when infeasible
+  Prediction prediction;   ///< the simulator's, for `plan`
+  Prediction unchecked;    ///< the simulator's, for the plan that checkpoints nothing
+  int64_t budget_bytes = 0;
+  /// The least budget for which this planner finds a plan (the predicted peak of its least-memory
+  /// plan; for the optimal planner on a grid within 0.2% of that peak); -1 when it finds none.
+  int64_t least_feasible_budget_bytes = -1;
+  double solve_seconds = 0;
+  /// Where the plan was run to check it fits (plan_verified, budget_planner.h): its activation peak
+  /// in one measured step; -1 when not measured. When verification finds no plan within the budget,
+  /// `feasible` is false and least_feasible_budget_bytes is the least-memory plan's measured peak.
+  int64_t measured_peak_bytes = -1;
+  /// How many times verification planned again, each time for a budget lowered by the overshoot.
+  int replans = 0;
+  /// The CPU threads the costs were timed under (CostTable::threads); empty where unknown.
+  std::string timed_under;
+  /// Where the plan was timed against its nearest rules of thumb (choose_by_measurement); its
+  /// `measured` is false where it was not.
+  MeasuredChoice measured_choice;
+
+  /// Predicted step time over the unchecked plan's, minus one (0.05 = 5% slower).
+  double predicted_overhead() const;
+  /// The half-width of a ~95% interval of predicted_overhead() (predicted_overhead_spread).
+  double predicted_overhead_spread() const;
+  /// Returns *this when feasible; otherwise throws a clear error naming the least feasible budget.
+  const PlanResult& ensure_feasible() const;
+};
+
+/// The fastest plan predicted to fit `budget` (a share is of the unchecked predicted peak).
+PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// The least budget for which the optimal planner finds a plan (bytes, within 0.2%); -1 when none.
+int64_t least_feasible_budget(const CostTable& costs, const PlannerOptions& options = {});
+
+/// Revolve (Griewank & Walther's binomial checkpointing) for homogeneous chains: the optimal plan
+/// for the chain with every block stage's cost replaced by the mean block stage's, at the largest
+/// uniform budget whose plan, costed on the real chain, fits the budget.
+PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// Chen et al.'s greedy-for-budget: runs of block stages are cut into checkpointed segments
+/// whenever the running sum of kept bytes exceeds a threshold; the threshold giving the fastest
+/// plan that fits wins. Stages outside blocks run plainly.
+PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
+
+/// Rules of thumb beside the classic planners, at one budget: each policy in `policies` (its plan
+/// made by `build`, costed by `predict`; a policy `build` refuses for this chain is left out), then
+/// Revolve and Chen on `costs`. Each result is tagged with its PlannerKind.
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& budget,
+                                         const std::vector<std::string>& policies,
+                                         const std::function<Plan(const std::string&)>& build,
+                                         const std::function<Prediction(const Plan&)>& predict,
+                                         const PlannerOptions& options = {});
+
+/// compare_planners with the generic policies of policies.h for `chain`, costed by the simulator.
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Chain& chain, const Budget& budget,
+                                         const PlannerOptions& options = {});
+
+/// The generic policies compare_planners tries on any chain: block, every:2, every:3, every:4,
+/// segments:2, segments:4, sqrt, each with and without ",skip-ends".
+std::vector<std::string> generic_policy_candidates();
+
+/// Each policy, then the same with ",skip-ends".
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies);
+
+/// The optimal planner's table, for callers asking many budgets of one chain (plan_optimal builds
+/// one per call, spanning [0, budget]).
+class OptimalPlanner {
+ public:
+  /// Budgets up to `max_budget_bytes` (default: twice the unchecked plan's predicted peak) are answered.
+  explicit OptimalPlanner(CostTable costs, const PlannerOptions& options = {}, int64_t max_budget_bytes = 0);
+
+  PlanResult plan(int64_t budget_bytes) const;
+  /// The table's least predicted time for a budget (+inf when infeasible), without backtracking.
+  double least_seconds(int64_t budget_bytes) const;
+  /// PlanResult::least_feasible_budget_bytes (refined below this table's grid where it is coarse).
+  int64_t least_feasible_budget_bytes() const { return least_feasible_bytes_; }
+  /// The plan of least predicted peak this table holds (empty when the chain never fits).
+  const Plan& least_memory_plan() const { return least_memory_plan_; }
+  const Prediction& unchecked() const { return unchecked_; }
+  int64_t unit_bytes() const { return unit_; }
+  /// The most stages a checkpointed segment spans: the chain's length unless the table for it would
+  /// pass the planner's bounds (a GiB, a few seconds), then the longest that stays within them; the
+  /// plan is then optimal among plans whose segments are no longer.
+  int64_t max_segment_stages() const { return max_segment_; }
+  double fill_seconds() const { return fill_seconds_; }
+
+ private:
+  OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least);
+  double cost(int64_t s, int64_t t, int64_t m) const;
+  /// The dynamic program over every range and memory slot (docs/planner.md).
+  void fill_table(const std::vector<detail::UnitStage>& stages, int64_t segment_units);
+  void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
+  void find_least_memory_plan();
+  void refine_least_feasible_budget();
+  size_t index(int64_t s, int64_t t, int64_t m) const;
+  /// Units a reentrant segment ending at t holds through the backward of its stages before
+  /// `first`: the parameter gradients of stages first..t (returned all at once when it ends) and
+  /// δ(t), its backward's argument. 0 at the top level (subproblems ending at n-1) and for
+  /// first > t; see docs/planner.md.
+  int64_t held_in_segment_units(int64_t first, int64_t t) const;
+
+  CostTable costs_;
+  PlannerOptions options_;
+  Plan plain_;  // names, granularity, default options and mode of every plan it returns
+  Prediction unchecked_;
+  int64_t n_ = 0, slots_ = 0, unit_ = 1, least_feasible_bytes_ = -1;
+  Plan least_memory_plan_;
+  double fill_seconds_ = 0;
+  int64_t max_segment_ = 0;
+  int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
+  std::vector<size_t> row_offset_;  // of stage s's ranges, in table rows
+  std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
+  std::vector<double> table_;   // least time, +inf when infeasible
+  std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
+  int32_t max_options_ = 1;
+};
+
+}  // namespace remat

@@ -1,0 +1,112 @@
+#include "remat/base/threads.h"
+
+#include <dlfcn.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <ATen/Parallel.h>
+
+#include "remat/base/error.h"
+
+namespace remat {
+namespace {
+
+// Looked up at run time: remat does not link OpenBLAS itself, LibTorch may.
+using SetThreads = void (*)(int);
+using GetThreads = int (*)();
+
+SetThreads openblas_setter() {
+  static const auto setter = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  return setter;
+}
+
+GetThreads openblas_getter() {
+  static const auto getter = reinterpret_cast<GetThreads>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return getter;
+}
+
+std::string plural(int count, const char* word) {
+  return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
+}
+
+}  // namespace
+
+bool CpuThreads::oversubscribed() const { return intra_op > 1 && blas > 1 && intra_op + blas > cpus; }
+
+std::string CpuThreads::to_string() const {
+  std::string text = std::to_string(intra_op) + " LibTorch intra-op";
+  if (blas > 0) text += " + " + std::to_string(blas) + " OpenBLAS";
+  text += (intra_op + blas == 1 ? " thread on " : " threads on ") + plural(cpus, "CPU");
+  return text + (oversubscribed() ? " (oversubscribed)" : "");
+}
+
+bool CpuThreads::operator==(const CpuThreads& other) const {
+  return cpus == other.cpus && intra_op == other.intra_op && blas == other.blas;
+}
+
+std::ostream& operator<<(std::ostream& stream, const CpuThreads& threads) { return stream << threads.to_string(); }
+
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? static_cast<int>(online) : 1;
+}
+
+CpuThreads cpu_threads() {
+  CpuThreads threads;
+  threads.cpus = usable_cpus();
+  threads.intra_op = at::get_num_threads();
+  threads.blas = openblas_setter() != nullptr && openblas_getter() != nullptr ? std::max(1, openblas_getter()()) : 0;
+  return threads;
+}
+
+CpuThreads set_cpu_threads(int threads) {
+  REMAT_CHECK(threads >= 1, "the number of CPU threads must be at least 1, got ", threads, ".");
+  // More threads than cores only preempt each other; thousands can also exhaust a limited address
+  // space, where OpenBLAS's pool waits forever for threads it could not start.
+  const int cpus = usable_cpus();
+  REMAT_CHECK(threads <= cpus, threads, " CPU threads asked for, but this process may run on ", plural(cpus, "CPU"),
+              "; give 1 to ", cpus, ".");
+  if (openblas_setter() != nullptr) {
+    openblas_setter()(threads);
+    at::set_num_threads(1);
+  } else {
+    at::set_num_threads(threads);
+  }
+  return cpu_threads();
+}
+
+void restore_cpu_threads(const CpuThreads& threads) {
+  REMAT_CHECK(threads.intra_op >= 1 && threads.blas >= 0, "restore_cpu_threads: an arrangement has at least one ",
+              "intra-op thread and no negative BLAS pool, got ", threads.intra_op, " and ", threads.blas, ".");
+  if (threads.blas > 0 && openblas_setter() != nullptr) openblas_setter()(threads.blas);
+  at::set_num_threads(threads.intra_op);
+}
+
+TimingThreads::TimingThreads(ThreadsWhileTiming policy) : found_(cpu_threads()), timed_(found_) {
+  if (policy == ThreadsWhileTiming::arranged && found_.oversubscribed()) {
+    timed_ = set_cpu_threads(std::min(std::max(found_.intra_op, found_.blas), found_.cpus));
+  }
+}
+
+TimingThreads::~TimingThreads() {
+  if (!switched()) return;
+  try {
+    restore_cpu_threads(found_);
+  } catch (...) {
+    // A destructor must not throw; the arrangement was valid when it was read.
+  }
+}
+
+std::string TimingThreads::description() const {
+  if (!switched()) return timed_.to_string();
+  return timed_.to_string() + "; the caller's " + found_.to_string() +
+         " was put back after timing (remat::set_cpu_threads(" + std::to_string(timed_.blas > 0 ? timed_.blas : timed_.intra_op) +
+         ") trains as timed)";
+}
+
+}  // namespace remat

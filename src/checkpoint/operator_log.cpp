@@ -1,0 +1,531 @@
+#include "checkpoint/operator_log.h"
+
+#include <algorithm>
+#include <mutex>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/ivalue.h>
+#include <ATen/ops/clone.h>
+#include <ATen/ops/equal.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include "checkpoint/checkpoint_modes.h"
+#include "checkpoint/forward_state.h"
+#include "base/tensor_text.h"
+#include "remat/base/error.h"
+
+namespace remat::detail {
+
+namespace {
+
+constexpr c10::DispatchKey kInterceptKey = c10::DispatchKey::Fake;
+
+// What a schema says about its calls, worked out once per operator.
+struct SchemaFacts {
+  bool random = false;          // takes a generator (or is native_dropout)
+  bool returns_alias = false;   // a result is a view of an argument or the argument itself
+  std::vector<size_t> written;  // arguments it changes in place
+};
+
+const SchemaFacts& facts_of(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, SchemaFacts> known;
+  auto found = known.find(&schema);
+  if (found != known.end()) return found->second;
+  SchemaFacts facts;
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const std::string type = arguments[i].type()->str();
+    if (type.find("Generator") != std::string::npos) facts.random = true;
+    const c10::AliasInfo* alias = arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) facts.written.push_back(i);
+  }
+  facts.random = facts.random || schema.name() == "aten::native_dropout";
+  for (const auto& result : schema.returns()) facts.returns_alias = facts.returns_alias || result.alias_info() != nullptr;
+  return known.emplace(&schema, std::move(facts)).first->second;
+}
+
+template <typename F>
+void for_each_tensor(c10::ArrayRef<c10::IValue> values, F&& f) {
+  for (const c10::IValue& value : values) {
+    if (value.isTensor()) {
+      f(value.toTensor());
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList()) f(t);
+    } else if (value.isList()) {
+      for (const c10::IValue& element : value.toListRef()) {
+        if (element.isTensor()) f(element.toTensor());
+      }
+    }
+  }
+}
+
+struct KeptTensor {
+  at::Tensor value;
+  c10::VariableVersion counter;  // the forward's result's: a change in place shows here
+  uint32_t version;
+  bool private_copy = false;     // copied before the forward changed the result in place (or undefined)
+};
+
+struct Read {
+  size_t position;  // among the call's tensor arguments
+  at::Tensor tensor;
+  uint32_t version;
+};
+
+// The form of one kept result; its tensors are the call's KeptTensors, in order. The forward's own
+// result tensors are not held: after a copy before a write they would keep the changed storage.
+struct KeptResult {
+  enum Kind { tensor, tensor_list, value } kind = value;
+  size_t count = 1;
+  c10::IValue other;  // a result that is not a tensor
+};
+
+struct Call {
+  const c10::FunctionSchema* schema;
+  bool keeps = false;
+  std::vector<KeptResult> results;
+  std::vector<KeptTensor> kept;  // the kept results' tensors
+  c10::optional<RngSnapshot> rng_after;  // a kept random call: where the forward left the RNG
+  std::vector<Read> reads;
+};
+
+std::string call_text(const c10::FunctionSchema& schema) {
+  const auto& name = schema.operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::string describe(const at::Tensor& t) {
+  const c10::Device device = t.device();
+  return tensor_text(t.sizes(), t.scalar_type(), &device);
+}
+
+}  // namespace
+
+struct OperatorLog::State {
+  SelectivePolicy policy;
+  bool check_reads = false;
+  std::string name;
+  bool preserve_rng = false;
+  RngSnapshot rng_like;  // which generators a kept random call records
+  std::vector<Call> calls;
+  std::vector<size_t> keeping;  // calls whose kept tensors are not private copies
+  std::unordered_map<std::string, int64_t> name_counts;
+  bool released = false;
+
+  std::string prefix() const { return describe_input_use(name); }
+};
+
+namespace {
+
+// One intercepting scope on this thread: a Recording or a Replaying.
+struct Interception {
+  OperatorLog::State* log = nullptr;
+  bool replay = false;
+  bool use_kept = false;
+  size_t next = 0;
+  std::unordered_set<const c10::TensorImpl*> created;  // made by the function (recording)
+  Interception* previous = nullptr;
+  c10::impl::LocalDispatchKeySet saved_keys = c10::impl::tls_local_dispatch_key_set();
+  bool saved_autocast_cache = at::autocast::is_autocast_cache_enabled();
+};
+
+thread_local Interception* active = nullptr;
+thread_local bool inside_checkpoint_forward = false;
+
+void set_intercepting(bool on) {
+  c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
+  if (on) {
+    keys.included_ = keys.included_.add(kInterceptKey);
+    keys.excluded_ = keys.excluded_.remove(kInterceptKey);
+  } else {
+    keys.included_ = keys.included_.remove(kInterceptKey);
+  }
+  c10::impl::_force_tls_local_dispatch_key_set(keys);
+}
+
+void run_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard hidden(kInterceptKey);  // calls the kernel makes are its own
+  op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, kInterceptKey), stack);
+}
+
+// Copies every kept tensor that `written` aliases, before the call writes it.
+void copy_kept_before_write(OperatorLog::State& log, const at::Tensor& written) {
+  if (!written.defined()) return;
+  for (size_t k = 0; k < log.keeping.size();) {
+    Call& call = log.calls[log.keeping[k]];
+    bool any_shared = false;
+    for (KeptTensor& kept : call.kept) {
+      if (kept.private_copy || !kept.value.is_alias_of(written)) continue;
+      c10::impl::ExcludeDispatchKeyGuard hidden(kInterceptKey);
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      kept.value = at::clone(kept.value).variable_data();
+      kept.private_copy = true;
+    }
+    for (const KeptTensor& kept : call.kept) any_shared = any_shared || !kept.private_copy;
+    if (any_shared) {
+      ++k;
+    } else {
+      log.keeping.erase(log.keeping.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+}
+
+// Notes the tensors the call reads from outside the function (check_reads). A tensor the call
+// changes in place is state the function updates (running statistics, which
+// restore_after_recompute restores), not a value it reads: its version moves by design.
+void note_reads(const Interception& scope, const SchemaFacts& facts, c10::ArrayRef<c10::IValue> arguments, Call& call) {
+  size_t position = 0;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const bool written = std::find(facts.written.begin(), facts.written.end(), i) != facts.written.end();
+    for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) {
+      const size_t here = position++;
+      if (written || !t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
+      if (scope.created.count(t.unsafeGetTensorImpl()) != 0) return;
+      const auto& counter = t.unsafeGetTensorImpl()->version_counter();
+      call.reads.push_back({here, t, counter.enabled() ? counter.current_version() : 0});
+    });
+  }
+}
+
+// Asks the policy; refuses must_save on a call whose schema says its result aliases an input.
+CheckpointPolicy ask_policy(OperatorLog::State& log, const c10::FunctionSchema& schema, const SchemaFacts& facts,
+                            c10::ArrayRef<c10::IValue> arguments, int64_t index) {
+  const std::string& name = schema.name();
+  OperatorCall seen;
+  seen.name = name;
+  seen.overload = schema.overload_name();
+  seen.index = index;
+  seen.name_index = log.name_counts[name]++;
+  seen.random = facts.random;
+  seen.arguments = arguments;
+  const CheckpointPolicy decision = log.policy(seen);
+  const bool keep = decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save;
+  if (!keep || !facts.returns_alias) return decision;
+  REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
+              call_text(schema), " (operator call ", index,
+              "), which returns a view of its input or changes it in place: its result cannot be kept apart "
+              "from the input it shares. Return prefer_save to let such calls be recomputed.");
+  return CheckpointPolicy::prefer_recompute;
+}
+
+// Keeps the call's results (as tensors of the log's own), unless a kernel returned an argument's
+// storage under a schema that says nothing (_unsafe_view): such a result cannot be kept apart.
+void keep_results(OperatorLog::State& log, const c10::FunctionSchema& schema, const SchemaFacts& facts,
+                  c10::ArrayRef<c10::IValue> results, const std::vector<at::Tensor>& argument_tensors,
+                  CheckpointPolicy decision, Call& call) {
+  bool shares_argument = false;
+  for_each_tensor(results, [&](const at::Tensor& r) {
+    for (const at::Tensor& a : argument_tensors) shares_argument = shares_argument || (r.defined() && a.defined() && r.is_alias_of(a));
+  });
+  if (shares_argument) {
+    REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
+                call_text(schema), " (operator call ", log.calls.size(),
+                "), whose result shares its input's memory: it cannot be kept apart from its input. Return "
+                "prefer_save to let such calls be recomputed.");
+    return;
+  }
+  call.keeps = true;
+  for (const c10::IValue& result : results) {
+    KeptResult shape;
+    if (result.isTensor()) {
+      shape.kind = KeptResult::tensor;
+    } else if (result.isTensorList()) {
+      shape.kind = KeptResult::tensor_list;
+      shape.count = result.toTensorList().size();
+    } else {
+      shape.other = result;
+    }
+    call.results.push_back(std::move(shape));
+    for_each_tensor(c10::ArrayRef<c10::IValue>(&result, 1), [&](const at::Tensor& t) {
+      if (!t.defined()) return call.kept.push_back({t, c10::VariableVersion(), 0, true});
+      const auto& counter = t.unsafeGetTensorImpl()->version_counter();
+      call.kept.push_back({t.variable_data(), counter, counter.enabled() ? counter.current_version() : 0, false});
+    });
+  }
+  if (facts.random && log.preserve_rng) call.rng_after = RngSnapshot::capture_like(log.rng_like);
+  log.keeping.push_back(log.calls.size());
+}
+
+void record(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  OperatorLog::State& log = *scope.log;
+  const c10::FunctionSchema& schema = op.schema();
+  const SchemaFacts& facts = facts_of(schema);
+  const size_t num_arguments = schema.arguments().size();
+  const c10::ArrayRef<c10::IValue> arguments(stack->data() + stack->size() - num_arguments, num_arguments);
+  Call call;
+  call.schema = &schema;
+  if (log.check_reads) note_reads(scope, facts, arguments, call);
+  if (!log.keeping.empty()) {
+    for (size_t i : facts.written) {
+      for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) { copy_kept_before_write(log, t); });
+    }
+  }
+  CheckpointPolicy decision = CheckpointPolicy::prefer_recompute;
+  std::vector<at::Tensor> argument_tensors;  // of a call to keep: its results must not share them
+  if (log.policy) {
+    decision = ask_policy(log, schema, facts, arguments, static_cast<int64_t>(log.calls.size()));
+    if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
+      for_each_tensor(arguments, [&](const at::Tensor& t) { argument_tensors.push_back(t); });
+    }
+  }
+  run_kernel(op, keys, stack);
+  const size_t num_results = schema.returns().size();
+  const c10::ArrayRef<c10::IValue> results(stack->data() + stack->size() - num_results, num_results);
+  if (log.check_reads) {
+    for_each_tensor(results, [&](const at::Tensor& t) { if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl()); });
+  }
+  if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
+    keep_results(log, schema, facts, results, argument_tensors, decision, call);
+  }
+  log.calls.push_back(std::move(call));
+}
+
+// Where a replayed call is, for messages: built only when one is thrown.
+struct ReplayedCall {
+  const OperatorLog::State& log;
+  const Call& call;
+  size_t index;
+};
+
+std::ostream& operator<<(std::ostream& out, const ReplayedCall& at) {
+  return out << at.log.prefix() << "the recompute's call of " << call_text(*at.call.schema) << " (operator call "
+             << at.index << ") ";
+}
+
+void check_reads(const OperatorLog::State& log, const Call& call, size_t index, c10::ArrayRef<c10::IValue> arguments) {
+  std::vector<at::Tensor> now;
+  for_each_tensor(arguments, [&](const at::Tensor& t) { now.push_back(t); });
+  for (const Read& read : call.reads) {
+    const ReplayedCall where{log, call, index};
+    REMAT_CHECK(read.position < now.size(), where, "has fewer tensor arguments than the forward's call.");
+    const at::Tensor& t = now[read.position];
+    if (t.unsafeGetTensorImpl() == read.tensor.unsafeGetTensorImpl()) {
+      const auto& counter = t.unsafeGetTensorImpl()->version_counter();
+      const uint32_t version = counter.enabled() ? counter.current_version() : 0;
+      REMAT_CHECK(version == read.version, where, "reads a ", describe(t),
+                  " tensor that the function captured (neither an input nor made by the function) and that was "
+                  "modified in place after the forward (its version is ", version, ", the forward read version ",
+                  read.version,
+                  "): the recompute would compute with the new values and give wrong gradients. Change it only "
+                  "after backward, or clone it before changing it.");
+      continue;
+    }
+    bool same_values = false;
+    if (t.defined() && t.sizes() == read.tensor.sizes() && t.scalar_type() == read.tensor.scalar_type() &&
+        t.device() == read.tensor.device()) {
+      c10::impl::ExcludeDispatchKeyGuard hidden(kInterceptKey);
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      same_values = at::equal(t, read.tensor);
+    }
+    REMAT_CHECK(same_values, where, "reads a ", t.defined() ? describe(t) : std::string("undefined"),
+                " tensor where the forward's call read another ", describe(read.tensor),
+                " tensor, with other values, from outside the function (a captured variable rebound after the "
+                "forward, as in `w = w + 1`): the recompute would compute with it and give wrong gradients. "
+                "Capture tensors by value, or change what the function reads only after backward.");
+  }
+}
+
+void replay(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  OperatorLog::State& log = *scope.log;
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t index = scope.next++;
+  REMAT_CHECK(index < log.calls.size(), log.prefix(), "the recompute made more operator calls than the forward's ",
+              log.calls.size(), " (call ", index, " is ", call_text(schema),
+              "). The function must make the same operator calls when re-run: no code that depends on data or "
+              "on state changed since the forward.");
+  const Call& call = log.calls[index];
+  REMAT_CHECK(call.schema == &schema, log.prefix(), "the recompute's operator call ", index, " is ", call_text(schema),
+              " but the forward's was ", call_text(*call.schema),
+              ". The function must make the same operator calls when re-run: no code that depends on data or on "
+              "state changed since the forward.");
+  const size_t num_arguments = schema.arguments().size();
+  if (!call.reads.empty()) {
+    check_reads(log, call, index, c10::ArrayRef<c10::IValue>(stack->data() + stack->size() - num_arguments, num_arguments));
+  }
+  // A kept result changed in place where remat could not copy it first (after the forward, or in a
+  // checkpoint nested in the function) no longer holds the call's value: the call runs again, from
+  // inputs the checks above vouch for, and draws what it drew (the RNG is where the forward's was).
+  bool stale = false;
+  for (const KeptTensor& kept : call.kept) {
+    stale = stale || (!kept.private_copy && kept.counter.enabled() && kept.counter.current_version() != kept.version);
+  }
+  if (!call.keeps || !scope.use_kept || stale) {
+    run_kernel(op, keys, stack);
+    return;
+  }
+  torch::jit::drop(*stack, num_arguments);
+  size_t k = 0;
+  auto next_tensor = [&] {
+    const at::Tensor& t = call.kept[k++].value;
+    return t.defined() ? t.variable_data() : t;
+  };
+  for (const KeptResult& result : call.results) {
+    if (result.kind == KeptResult::tensor) {
+      stack->push_back(next_tensor());
+    } else if (result.kind == KeptResult::tensor_list) {
+      c10::List<at::Tensor> list;
+      for (size_t i = 0; i < result.count; ++i) list.push_back(next_tensor());
+      stack->push_back(std::move(list));
+    } else {
+      stack->push_back(result.other);
+    }
+  }
+  if (call.rng_after) call.rng_after->restore();
+}
+
+void intercept(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  Interception* scope = active;
+  if (scope == nullptr) return run_kernel(op, keys, stack);
+  if (scope->replay) return replay(*scope, op, keys, stack);
+  record(*scope, op, keys, stack);
+}
+
+void register_interception_once() {
+  static std::once_flag once;
+  static std::unique_ptr<torch::Library> library;
+  static std::string failure;
+  std::call_once(once, [] {
+    try {
+      library = std::make_unique<torch::Library>(torch::Library::IMPL, "_", kInterceptKey, __FILE__, __LINE__);
+      library->fallback(torch::CppFunction::makeFromBoxedFunction<&intercept>());
+    } catch (const std::exception& e) {
+      failure = e.what();
+      failure = failure.substr(0, failure.find('\n'));
+    }
+  });
+  REMAT_CHECK(failure.empty(),
+              "selective checkpointing and CheckpointOptions::check_reads see operator calls through LibTorch's "
+              "dispatch key Fake, but registering remat's handler for it failed (another library in this process "
+              "registered one first?): ",
+              failure, ". Use checkpoints without a selective policy and without check_reads here.");
+}
+
+void enter(Interception& scope, OperatorLog::State* log, bool replay, bool use_kept,
+           const std::vector<at::Tensor>& inputs) {
+  register_interception_once();
+  scope.log = log;
+  scope.replay = replay;
+  scope.use_kept = use_kept;
+  if (!replay && log->check_reads) {
+    for (const auto& t : inputs) {
+      if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl());
+    }
+  }
+  scope.previous = active;
+  active = &scope;
+  // Autocast's cache of cast weights would make the recompute skip casts its forward made.
+  at::autocast::set_autocast_cache_enabled(false);
+  set_intercepting(true);
+}
+
+void leave(Interception& scope) {
+  c10::impl::_force_tls_local_dispatch_key_set(scope.saved_keys);
+  at::autocast::set_autocast_cache_enabled(scope.saved_autocast_cache);
+  active = scope.previous;
+}
+
+}  // namespace
+
+OperatorLog::OperatorLog(const CheckpointOptions& options, const std::vector<at::Tensor>& inputs)
+    : state_(std::make_unique<State>()) {
+  if (!inside_checkpoint_forward) state_->policy = options.selective();
+  state_->check_reads = options.effective_check_reads();
+  state_->name = options.name();
+  state_->preserve_rng = options.preserve_rng_state();
+  if (state_->preserve_rng && state_->policy) {
+    const RngSnapshot now = RngSnapshot::capture(inputs);
+    state_->rng_like = now.with_tensors(std::vector<at::Tensor>(now.tensors().size()));  // the devices, not the states
+  }
+}
+
+OperatorLog::~OperatorLog() = default;
+
+bool OperatorLog::wanted(const CheckpointOptions& options) {
+  return options.effective_check_reads() || (options.selective() && !inside_checkpoint_forward);
+}
+
+int64_t OperatorLog::kept_bytes() const {
+  std::unordered_set<const void*> storages;
+  int64_t bytes = 0;
+  for (const Call& call : state_->calls) {
+    for (const KeptTensor& kept : call.kept) {
+      if (!kept.value.defined() || !kept.value.has_storage()) continue;
+      const auto& storage = kept.value.storage();
+      if (storages.insert(storage.unsafeGetStorageImpl()).second) bytes += static_cast<int64_t>(storage.nbytes());
+    }
+  }
+  return bytes;
+}
+
+struct OperatorLog::Recording::Scope : Interception {};
+struct OperatorLog::Replaying::Scope : Interception {};
+
+OperatorLog::Recording::Recording(OperatorLog& log, const std::vector<at::Tensor>& inputs)
+    : scope_(std::make_unique<Scope>()) {
+  enter(*scope_, log.state_.get(), /*replay=*/false, /*use_kept=*/false, inputs);
+}
+
+OperatorLog::Recording::~Recording() { leave(*scope_); }
+
+OperatorLog::Replaying::Replaying(OperatorLog& log, const std::vector<at::Tensor>& inputs)
+    : scope_(std::make_unique<Scope>()) {
+  enter(*scope_, log.state_.get(), /*replay=*/true, /*use_kept=*/!log.state_->released, inputs);
+}
+
+OperatorLog::Replaying::~Replaying() {
+  leave(*scope_);
+  if (!scope_->use_kept) return;
+  // Kept results serve one recompute: a second backward recomputes every call.
+  State& log = *scope_->log;
+  for (Call& call : log.calls) {
+    call.results.clear();
+    call.kept.clear();
+    call.rng_after.reset();
+  }
+  log.keeping.clear();
+  log.released = true;
+}
+
+void OperatorLog::Replaying::check_complete() const {
+  const State& log = *scope_->log;
+  REMAT_CHECK(scope_->next == log.calls.size(), log.prefix(), "the recompute made ", scope_->next,
+              " operator calls but the forward made ", log.calls.size(),
+              ". The function must make the same operator calls when re-run: no code that depends on data or on "
+              "state changed since the forward.");
+}
+
+HiddenFromEnclosingLog::HiddenFromEnclosingLog()
+    : enclosing_(active), saved_keys_(c10::impl::tls_local_dispatch_key_set()) {
+  if (enclosing_ == nullptr) return;
+  active = nullptr;
+  set_intercepting(false);
+}
+
+HiddenFromEnclosingLog::~HiddenFromEnclosingLog() {
+  if (enclosing_ == nullptr) return;
+  active = static_cast<Interception*>(enclosing_);
+  c10::impl::_force_tls_local_dispatch_key_set(saved_keys_);
+}
+
+void HiddenFromEnclosingLog::outputs_created(const std::vector<at::Tensor>& outputs) {
+  auto* enclosing = static_cast<Interception*>(enclosing_);
+  if (enclosing == nullptr || enclosing->replay || !enclosing->log->check_reads) return;
+  for (const auto& t : outputs) {
+    if (t.defined()) enclosing->created.insert(t.unsafeGetTensorImpl());
+  }
+}
+
+CheckpointForwardScope::CheckpointForwardScope(bool forward) : previous_(inside_checkpoint_forward) {
+  inside_checkpoint_forward = forward;
+}
+
+CheckpointForwardScope::~CheckpointForwardScope() { inside_checkpoint_forward = previous_; }
+
+}  // namespace remat::detail

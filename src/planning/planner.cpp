@@ -1,0 +1,620 @@
+#include "remat/planning/planner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "remat/base/error.h"
+#include "remat/memory/memory.h"
+#include "remat/chain/policies.h"
+
+namespace remat {
+namespace detail {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+static int64_t round_up(int64_t bytes, int64_t unit) { return (bytes + unit - 1) / unit; }
+
+// Stage costs in memory units, option by option (rounded up: feasible in units => fits in bytes).
+struct UnitStage {
+  int64_t x = 0, input_grad = 0, nograd_extra = 0, parameters = 0;
+  double nograd_seconds = 0, recompute_extra_seconds = 0;
+  struct Option {
+    int64_t kept, forward_extra, backward_extra;
+    double seconds;
+  };
+  std::vector<Option> options;
+  std::vector<Option> end_options;  ///< the same options where the stage ends a recomputed segment
+};
+
+static std::vector<UnitStage> to_units(const CostTable& costs, int64_t unit) {
+  std::vector<UnitStage> out;
+  for (const auto& s : costs.stages) {
+    UnitStage u;
+    u.x = round_up(s.output_bytes, unit);
+    u.input_grad = round_up(s.input_grad_bytes, unit);
+    u.nograd_extra = round_up(s.nograd_extra_bytes, unit);
+    u.parameters = round_up(s.parameter_bytes, unit);
+    u.nograd_seconds = s.nograd_seconds;
+    u.recompute_extra_seconds = s.recompute_extra_seconds;
+    auto units = [unit](const StageRunCost& c) {
+      return UnitStage::Option{round_up(c.kept_bytes, unit), round_up(c.forward_extra_bytes, unit),
+                               round_up(c.backward_extra_bytes, unit), c.forward_seconds + c.backward_seconds};
+    };
+    for (const auto& o : s.options) {
+      u.options.push_back(units(o));
+      u.end_options.push_back(units(o.at_segment_end()));
+    }
+    out.push_back(u);
+  }
+  return out;
+}
+
+}  // namespace detail
+
+using detail::kInfinity;
+using detail::round_up;
+using detail::to_units;
+using detail::UnitStage;
+
+size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
+  // Row s holds the ranges s..s+L-1 that fit inside a segment, then s..n-1 (the top level's rest).
+  const int64_t slot = t - s < max_segment_ ? t - s : max_segment_;
+  return (row_offset_[s] + static_cast<size_t>(slot)) * static_cast<size_t>(slots_ + 1) + static_cast<size_t>(m);
+}
+
+namespace {
+
+// Bounds on the table (12 bytes an entry) and on the slot updates filling it: about a second a
+// billion updates here, so a plan takes seconds and a GiB at most, whatever the chain's length.
+constexpr double kMaxTableEntries = (1 << 30) / 12.0;
+constexpr double kMaxSlotUpdates = 3e9;
+
+struct TableSize {
+  double entries = 0, updates = 0;
+};
+
+// Ranges inside a segment of at most `longest` stages, plus each stage's range to the end of the chain.
+TableSize table_size(int64_t n, int64_t longest, int64_t slots, int64_t options) {
+  TableSize size;
+  const double row = static_cast<double>(slots + 1);
+  for (int64_t length = 1; length <= std::min(longest, n); ++length) {
+    const double ranges = static_cast<double>(n - length + 1);
+    size.entries += ranges * row;
+    size.updates += ranges * row * static_cast<double>(options + length - 1);
+  }
+  const double longer = static_cast<double>(std::max<int64_t>(0, n - longest));
+  size.entries += longer * row;
+  size.updates += longer * row * static_cast<double>(options + longest);
+  return size;
+}
+
+// A segment nested inside another is at most this many stages long: all of them on chains the
+// bounds allow (the exact optimum), fewer on long ones (the optimum among such plans).
+int64_t longest_segment_within_bounds(int64_t n, int64_t slots, int64_t options) {
+  auto fits = [&](int64_t longest) {
+    const TableSize size = table_size(n, longest, slots, options);
+    return size.entries <= kMaxTableEntries && size.updates <= kMaxSlotUpdates;
+  };
+  REMAT_CHECK(fits(1), "planner: a chain of ", n, " stages with ", slots, " memory slots needs a table of ",
+              table_size(n, 1, slots, options).entries, " entries or more (at most ", kMaxTableEntries,
+              "); plan fewer stages (a coarser granularity) or with fewer memory slots.");
+  // Nesting needs a stage per level: segments longer than a plan may nest would be wasted.
+  int64_t fitting = 1, too_long = std::min<int64_t>(n, Plan::kMaxNesting) + 1;  // by bisection
+  while (too_long - fitting > 1) {
+    const int64_t mid = fitting + (too_long - fitting) / 2;
+    (fits(mid) ? fitting : too_long) = mid;
+  }
+  return fitting;
+}
+
+}  // namespace
+
+int64_t OptimalPlanner::held_in_segment_units(int64_t first, int64_t t) const {
+  // Non-reentrant segments add gradients to .grad as they come and free δ(t) once used.
+  if (options_.mode() == CheckpointMode::non_reentrant || t >= n_ - 1 || first > t) return 0;
+  return parameter_units_before_[t + 1] - parameter_units_before_[first] +
+         round_up(costs_.stages[static_cast<size_t>(t)].output_bytes, unit_);
+}
+
+double OptimalPlanner::cost(int64_t s, int64_t t, int64_t m) const {
+  if (m < 0) return kInfinity;
+  return table_[index(s, t, std::min(m, slots_))];
+}
+
+OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes)
+    : OptimalPlanner(std::move(costs), options, max_budget_bytes, /*refine_least=*/true) {}
+
+OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
+                               bool refine_least)
+    : costs_(std::move(costs)), options_(options) {
+  const auto start = std::chrono::steady_clock::now();
+  n_ = static_cast<int64_t>(costs_.stages.size());
+  REMAT_CHECK(n_ >= 1, "planner: the cost table has no stages.");
+  const int64_t memory_slots = options_.memory_slots();
+  REMAT_CHECK(memory_slots >= 1 && memory_slots <= 100000, "planner: memory_slots must be in [1, 100000], got ",
+              memory_slots, ".");
+  plain_ = costs_.plain_plan(options_.mode());
+  unchecked_ = simulate(plain_, costs_);
+  // Twice the unchecked peak: with sizes rounded up to units, the unchecked plan itself needs
+  // headroom to stay feasible.
+  if (max_budget_bytes <= 0) max_budget_bytes = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
+  slots_ = memory_slots;
+  unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
+  const auto stages = to_units(costs_, unit_);
+  const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
+  for (const auto& s : stages) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
+
+  max_segment_ = longest_segment_within_bounds(n_, slots_, max_options_);
+  row_offset_.assign(n_ + 1, 0);
+  for (int64_t s = 0; s < n_; ++s) {
+    const int64_t inside = std::min(max_segment_, n_ - s);
+    row_offset_[s + 1] = row_offset_[s] + static_cast<size_t>(inside + (n_ - 1 - s >= max_segment_ ? 1 : 0));
+  }
+  const size_t total = row_offset_[n_] * static_cast<size_t>(slots_ + 1);
+  table_.assign(total, kInfinity);
+  choice_.assign(total, -1);
+  // Subproblems that end before the last stage are the inside of a checkpointed segment (a segment
+  // never ends at the end of its range, and the top level's rest always ends at n-1): there the
+  // parameter gradients of stages already back-propagated are held until the segment returns.
+  parameter_units_before_.assign(n_ + 1, 0);
+  for (int64_t k = 0; k < n_; ++k) parameter_units_before_[k + 1] = parameter_units_before_[k] + stages[k].parameters;
+
+  fill_table(stages, segment_units);
+  find_least_memory_plan();
+  if (refine_least) refine_least_feasible_budget();
+  fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t segment_units) {
+  // Loops run over the memory slots innermost: for a fixed choice the recurrence reads contiguous
+  // rows of the table, which the compiler vectorises. Ties keep the earlier choice (options first,
+  // then segment ends in increasing order), as a scalar loop would.
+  for (int64_t length = 1; length <= n_; ++length) {
+    for (int64_t s = 0; s + length - 1 < n_; ++s) {
+      const int64_t t = s + length - 1;
+      if (length > max_segment_ && t != n_ - 1) continue;  // longer than a nested segment may be
+      const UnitStage& first = stages[s];
+      const int64_t grad_t = stages[t].x;
+      double* row = &table_[index(s, t, 0)];
+      int32_t* chosen = &choice_[index(s, t, 0)];
+      // Record stage s with each of its options. A range that ends before the last stage is the
+      // inside of a segment, whose last stage (s == t) its recompute runs graph-only.
+      const bool segment_end = s == t && t < n_ - 1;
+      const double recompute_extra = t < n_ - 1 ? first.recompute_extra_seconds : 0.0;
+      for (size_t o = 0; o < first.options.size(); ++o) {
+        const auto& opt = segment_end ? first.end_options[o] : first.options[o];
+        const double seconds = opt.seconds + recompute_extra;
+        const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
+                                        first.x + opt.kept + first.input_grad + opt.backward_extra +
+                                            held_in_segment_units(s + 1, t));
+        if (s == t) {
+          for (int64_t m = lowest; m <= slots_; ++m) {
+            if (seconds < row[m]) {
+              row[m] = seconds;
+              chosen[m] = static_cast<int32_t>(o);
+            }
+          }
+          continue;
+        }
+        const double* rest = &table_[index(s + 1, t, 0)];
+        for (int64_t m = std::max(lowest, opt.kept); m <= slots_; ++m) {
+          const double total_seconds = seconds + rest[m - opt.kept];
+          if (total_seconds < row[m]) {
+            row[m] = total_seconds;
+            chosen[m] = static_cast<int32_t>(o);
+          }
+        }
+      }
+      // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
+      // A segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is
+      // paid once, however many stages it spans.
+      double forward_seconds = costs_.segment_seconds();
+      int64_t forward_peak = 0;
+      for (int64_t j = s + 1; j <= std::min(t, s + max_segment_); ++j) {
+        const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
+        const int64_t held_input = k == s ? 0 : stages[k - 1].x;
+        forward_peak = std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
+        forward_seconds += stages[k].nograd_seconds;
+        const int64_t x = stages[k].x;
+        const int64_t held_in_backward = 2 * segment_units + held_in_segment_units(j, t);
+        const int64_t lowest = std::max(forward_peak, std::max(x + segment_units, held_in_backward));
+        if (lowest > slots_) break;  // the forward's peak only grows with j
+        const double* rest = &table_[index(j, t, 0)];
+        const double* inner = &table_[index(s, k, 0)];
+        const auto segment_choice = max_options_ + static_cast<int32_t>(j);
+        for (int64_t m = lowest; m <= slots_; ++m) {
+          const double total_seconds = forward_seconds + rest[m - x - segment_units] + inner[m - held_in_backward];
+          if (total_seconds < row[m]) {
+            row[m] = total_seconds;
+            chosen[m] = segment_choice;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The first slot where the whole chain is feasible (the table is monotone in m), and its plan's peak.
+void OptimalPlanner::find_least_memory_plan() {
+  for (int64_t m = 0; m <= slots_ && min_units_ < 0; ++m) {
+    if (table_[index(0, n_ - 1, m)] < kInfinity) min_units_ = m;
+  }
+  if (min_units_ < 0) return;
+  least_memory_plan_ = plain_;
+  least_memory_plan_.items.clear();
+  build(0, n_ - 1, min_units_, least_memory_plan_.items, least_memory_plan_);
+  least_feasible_bytes_ = simulate(least_memory_plan_, costs_).peak_bytes;
+}
+
+// Where this table's unit is coarse against the least peak (a budget far above it, or a chain of
+// many small stages whose rounded-up sizes add up), tables spanning [0, 2·least] refine it until it
+// stops falling: every result then means the same, the least budget within 0.2%.
+void OptimalPlanner::refine_least_feasible_budget() {
+  int64_t unit = unit_;
+  const int64_t default_span = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
+  if (least_feasible_bytes_ < 0 && unit_ * slots_ < default_span) {
+    // A table for a budget below what any plan needs finds no plan at all: the least comes from a
+    // table over the default range.
+    const OptimalPlanner wide(costs_, options_, 0, /*refine_least=*/false);
+    least_feasible_bytes_ = wide.least_feasible_bytes_;
+    least_memory_plan_ = wide.least_memory_plan_;
+    unit = wide.unit_;
+  }
+  for (int round = 0; round < 6 && least_feasible_bytes_ > 0 && unit * 500 > least_feasible_bytes_; ++round) {
+    const OptimalPlanner finer(costs_, options_, 2 * least_feasible_bytes_, /*refine_least=*/false);
+    if (finer.least_feasible_bytes_ <= 0 || finer.unit_ >= unit) break;
+    const bool fell = finer.least_feasible_bytes_ < least_feasible_bytes_ - least_feasible_bytes_ / 100;
+    if (finer.least_feasible_bytes_ < least_feasible_bytes_) {
+      least_feasible_bytes_ = finer.least_feasible_bytes_;
+      least_memory_plan_ = finer.least_memory_plan_;
+    }
+    unit = finer.unit_;
+    if (!fell) break;
+  }
+}
+
+void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {
+  // Along the range in a loop; only a segment's inside recurses (depth: the nesting, at most
+  // max_segment_ levels).
+  const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
+  while (true) {
+    m = std::min(m, slots_);
+    const int32_t choice = choice_[index(s, t, m)];
+    TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
+    if (choice < max_options_) {
+      plan.options[s] = costs_.stages[s].options[choice].option;
+      items.push_back(PlanItem::run(s));
+      if (s == t) return;
+      m -= round_up(costs_.stages[s].options[choice].kept_bytes, unit_);
+      ++s;
+      continue;
+    }
+    const int64_t j = choice - max_options_;
+    std::vector<PlanItem> inner;
+    build(s, j - 1, m - 2 * segment_units - held_in_segment_units(j, t), inner, plan);
+    items.push_back(PlanItem::checkpointed(std::move(inner)));
+    m -= segment_units + round_up(costs_.stages[j - 1].output_bytes, unit_);
+    s = j;
+  }
+}
+
+double OptimalPlanner::least_seconds(int64_t budget_bytes) const {
+  return budget_bytes < 0 ? kInfinity : cost(0, n_ - 1, budget_bytes / unit_);
+}
+
+PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result;
+  result.planner = PlannerKind::optimal;
+  result.name = to_string(PlannerKind::optimal);
+  result.budget_bytes = budget_bytes;
+  result.unchecked = unchecked_;
+  result.least_feasible_budget_bytes = least_feasible_bytes_;
+  result.timed_under = costs_.threads;
+  // Sizes round up, so the budget's row holds a plan that fits; on a chain of many small stages the
+  // rounding adds up, and rows above the budget's may hold faster plans that still fit in bytes:
+  // step up by the slack the simulator finds while they do.
+  int64_t first = budget_bytes < 0 ? -1 : std::min<int64_t>(budget_bytes / unit_, slots_);
+  if (min_units_ >= 0 && first < min_units_ && budget_bytes >= least_feasible_bytes_) first = min_units_;
+  for (int64_t m = first; m >= 0 && m <= slots_;) {
+    if (table_[index(0, n_ - 1, m)] == kInfinity) break;
+    Plan plan = plain_;
+    plan.items.clear();
+    build(0, n_ - 1, m, plan.items, plan);
+    const Prediction prediction = simulate(plan, costs_);
+    if (prediction.peak_bytes > budget_bytes) break;
+    if (!result.feasible || prediction.step_seconds < result.prediction.step_seconds) {
+      result.feasible = true;
+      result.plan = std::move(plan);
+      result.prediction = prediction;
+    }
+    if (m == slots_) break;
+    m += std::max<int64_t>(1, (budget_bytes - prediction.peak_bytes) / unit_);
+  }
+  // The least-memory plan (refined below the grid) fits any budget of at least its peak.
+  if (!result.feasible && least_feasible_bytes_ >= 0 && budget_bytes >= least_feasible_bytes_) {
+    result.feasible = true;
+    result.plan = least_memory_plan_;
+    result.prediction = simulate(least_memory_plan_, costs_);
+  }
+  result.solve_seconds = fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+std::string to_string(PlannerKind kind) {
+  switch (kind) {
+    case PlannerKind::optimal: return "optimal";
+    case PlannerKind::revolve: return "revolve";
+    case PlannerKind::chen: return "chen";
+    case PlannerKind::policy: return "policy";
+  }
+  return "unknown";
+}
+
+double PlanResult::predicted_overhead() const { return remat::predicted_overhead(prediction, unchecked); }
+
+double PlanResult::predicted_overhead_spread() const { return remat::predicted_overhead_spread(prediction, unchecked); }
+
+const PlanResult& PlanResult::ensure_feasible() const {
+  if (feasible) return *this;
+  const int64_t least = least_feasible_budget_bytes;
+  const double unchecked_peak = static_cast<double>(std::max<int64_t>(unchecked.peak_bytes, 1));
+  REMAT_CHECK(least >= 0, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (",
+              format_bytes(budget_bytes), "), and none fits any budget: the chain's stages alone exceed what the ",
+              "planner can hold. Plan a smaller model or batch.");
+  REMAT_CHECK(measured_peak_bytes < 0, name, " planner: no plan measured within a budget of ", budget_bytes, " bytes (",
+              format_bytes(budget_bytes), ") after ", replans, " re-plans (the last measured ",
+              format_bytes(measured_peak_bytes), "): the least-memory plan measured ", least, " bytes (",
+              format_bytes(least), ", ", std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,
+              "% of the unchecked predicted peak), the smallest budget measured feasible. Give at least that, or a ",
+              "smaller model or batch.");
+  REMAT_CHECK(false, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (", format_bytes(budget_bytes),
+              "): the smallest feasible budget is ", least, " bytes (", format_bytes(least), ", ",
+              std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,
+              "% of the unchecked peak). Give at least that, or a smaller model or batch.");
+  return *this;
+}
+
+PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
+  // The table spans [0, budget]: its memory unit is budget/slots, so rounding costs at most a slot
+  // per term of the recurrence, relative to the budget asked for.
+  const OptimalPlanner planner(costs, options, std::max<int64_t>(budget_bytes, 1));
+  PlanResult result = planner.plan(budget_bytes);
+  result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+int64_t least_feasible_budget(const CostTable& costs, const PlannerOptions& options) {
+  return OptimalPlanner(costs, options).least_feasible_budget_bytes();
+}
+
+namespace {
+
+// Which stages are the repeated chain: those of blocks, or every stage where the table names none.
+std::vector<bool> block_stages(const CostTable& costs) {
+  std::vector<bool> in_block;
+  bool any = false;
+  for (const auto& s : costs.stages) {
+    in_block.push_back(s.block >= 0);
+    any = any || s.block >= 0;
+  }
+  if (!any) in_block.assign(costs.stages.size(), true);
+  return in_block;
+}
+
+// The mean of the block stages' costs, default option only (Revolve knows no stage options).
+StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_block) {
+  std::vector<const StageCost*> members;
+  for (size_t i = 0; i < costs.stages.size(); ++i) {
+    if (in_block[i]) members.push_back(&costs.stages[i]);
+  }
+  const double count = static_cast<double>(members.size());
+  auto average = [&](auto getter) {
+    double sum = 0;
+    for (const StageCost* s : members) sum += static_cast<double>(getter(*s));
+    return sum / count;
+  };
+  auto average_bytes = [&](auto getter) { return static_cast<int64_t>(std::ceil(average(getter))); };
+  StageCost mean = *members.front();
+  mean.output_bytes = average_bytes([](const StageCost& s) { return s.output_bytes; });
+  mean.input_grad_bytes = average_bytes([](const StageCost& s) { return s.input_grad_bytes; });
+  mean.parameter_bytes = average_bytes([](const StageCost& s) { return s.parameter_bytes; });
+  mean.nograd_seconds = average([](const StageCost& s) { return s.nograd_seconds; });
+  mean.recompute_extra_seconds = average([](const StageCost& s) { return s.recompute_extra_seconds; });
+  mean.nograd_extra_bytes = average_bytes([](const StageCost& s) { return s.nograd_extra_bytes; });
+  // The default option's costs, and where it ends a recomputed segment, each averaged.
+  auto mean_run = [&](auto run_of) {
+    StageRunCost r;
+    r.forward_seconds = average([&](const StageCost& s) { return run_of(s).forward_seconds; });
+    r.backward_seconds = average([&](const StageCost& s) { return run_of(s).backward_seconds; });
+    r.kept_bytes = average_bytes([&](const StageCost& s) { return run_of(s).kept_bytes; });
+    r.forward_extra_bytes = average_bytes([&](const StageCost& s) { return run_of(s).forward_extra_bytes; });
+    r.backward_extra_bytes = average_bytes([&](const StageCost& s) { return run_of(s).backward_extra_bytes; });
+    return r;
+  };
+  StageOptionCost o = members.front()->options.front();
+  static_cast<StageRunCost&>(o) = mean_run([](const StageCost& s) -> const StageRunCost& { return s.options.front(); });
+  o.graph_only = mean_run([](const StageCost& s) -> const StageRunCost& { return s.options.front().at_segment_end(); });
+  mean.options = {o};
+  return mean;
+}
+
+// A classic planner's result before it plans: its kind, the unchecked prediction and the budget.
+PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options, const Budget& budget) {
+  PlanResult result;
+  result.planner = kind;
+  result.name = to_string(kind);
+  result.unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  result.budget_bytes = budget.to_bytes(result.unchecked.peak_bytes);
+  result.timed_under = costs.threads;
+  return result;
+}
+
+}  // namespace
+
+PlanResult revolve_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result = classic_result(PlannerKind::revolve, costs, options, budget);
+  // The homogeneous model Revolve assumes: every block stage costs the mean block stage; stages
+  // outside blocks (an embedding, a loss) keep their own costs.
+  const std::vector<bool> in_block = block_stages(costs);
+  CostTable uniform = costs;
+  const StageCost mean = mean_block_stage(costs, in_block);
+  for (size_t i = 0; i < uniform.stages.size(); ++i) {
+    if (in_block[i]) {
+      StageCost stage = mean;
+      stage.name = costs.stages[i].name;
+      stage.block = costs.stages[i].block;
+      uniform.stages[i] = std::move(stage);
+    }
+    uniform.stages[i].options.resize(1);
+  }
+  const OptimalPlanner planner(uniform, options, std::max<int64_t>(result.budget_bytes, 1));
+  if (!planner.least_memory_plan().items.empty()) {
+    result.least_feasible_budget_bytes = simulate(planner.least_memory_plan(), costs).peak_bytes;
+  }
+  // The uniform chain misjudges the real one's peak: as a user of Revolve picks fewer snapshots
+  // until the schedule fits, take the largest uniform budget whose plan, costed on the real chain,
+  // fits the budget (one table answers every uniform budget; bisection, a few dozen backtracks).
+  auto costed = [&](int64_t uniform_budget) {
+    PlanResult on_real = planner.plan(uniform_budget);
+    if (on_real.feasible) on_real.prediction = simulate(on_real.plan, costs);
+    return on_real;
+  };
+  PlanResult chosen = costed(result.budget_bytes);
+  if (chosen.feasible && chosen.prediction.peak_bytes > result.budget_bytes) {
+    int64_t fits = -1, too_big = result.budget_bytes;
+    for (int64_t low = std::max<int64_t>(planner.least_feasible_budget_bytes(), 0); low < too_big;) {
+      const int64_t mid = low + (too_big - low) / 2;
+      const PlanResult at_mid = costed(mid);
+      if (at_mid.feasible && at_mid.prediction.peak_bytes <= result.budget_bytes) {
+        fits = mid;
+        low = mid + 1;
+      } else {
+        too_big = mid;
+      }
+    }
+    if (fits >= 0) chosen = costed(fits);
+  }
+  if (chosen.feasible) {
+    result.plan = chosen.plan;
+    result.prediction = chosen.prediction;
+    result.feasible = result.prediction.peak_bytes <= result.budget_bytes;
+  }
+  result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult best = classic_result(PlannerKind::chen, costs, options, budget);
+  const auto n = static_cast<int64_t>(costs.stages.size());
+  const std::vector<bool> in_block = block_stages(costs);
+  auto kept = [&costs](int64_t i) { return costs.stages[i].options.front().kept_bytes; };
+  std::vector<int64_t> thresholds;  // candidates: kept bytes of every run of consecutive block stages
+  for (int64_t a = 0; a < n; ++a) {
+    int64_t sum = 0;
+    for (int64_t b = a; b < n && in_block[b]; ++b) {
+      sum += kept(b);
+      thresholds.push_back(sum);
+    }
+  }
+  std::sort(thresholds.begin(), thresholds.end());
+  thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
+  for (int64_t threshold : thresholds) {
+    Plan plan = costs.plain_plan(options.mode());
+    plan.items.clear();
+    std::vector<PlanItem> segment;
+    int64_t running = 0;
+    auto close_segment = [&] {
+      if (!segment.empty()) plan.items.push_back(PlanItem::checkpointed(std::move(segment)));
+      segment.clear();
+      running = 0;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      if (!in_block[i]) {  // outside the repeated chain: plain, and it ends a segment
+        close_segment();
+        plan.items.push_back(PlanItem::run(i));
+        continue;
+      }
+      if (!segment.empty() && running + kept(i) > threshold) close_segment();
+      segment.push_back(PlanItem::run(i));
+      running += kept(i);
+    }
+    close_segment();
+    const Prediction p = simulate(plan, costs);
+    if (best.least_feasible_budget_bytes < 0 || p.peak_bytes < best.least_feasible_budget_bytes) {
+      best.least_feasible_budget_bytes = p.peak_bytes;
+    }
+    if (p.peak_bytes <= best.budget_bytes && (!best.feasible || p.step_seconds < best.prediction.step_seconds)) {
+      best.feasible = true;
+      best.plan = std::move(plan);
+      best.prediction = p;
+    }
+  }
+  best.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return best;
+}
+
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies) {
+  std::vector<std::string> out;
+  for (const auto& policy : policies) {
+    out.push_back(policy);
+    out.push_back(policy + ",skip-ends");
+  }
+  return out;
+}
+
+std::vector<std::string> generic_policy_candidates() {
+  return with_and_without_skip_ends({"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt", "sac"});
+}
+
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& budget,
+                                         const std::vector<std::string>& policies,
+                                         const std::function<Plan(const std::string&)>& build,
+                                         const std::function<Prediction(const Plan&)>& predict,
+                                         const PlannerOptions& options) {
+  const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
+  std::vector<PlanResult> out;
+  for (const auto& name : policies) {
+    PlanResult candidate;
+    candidate.planner = PlannerKind::policy;
+    candidate.name = name;
+    candidate.budget_bytes = budget_bytes;
+    candidate.unchecked = unchecked;
+    try {
+      candidate.plan = build(name);
+    } catch (const c10::Error&) {
+      continue;  // a policy that does not apply to this chain (segments:4 of 2 blocks) is no candidate
+    }
+    candidate.plan.mode = options.mode();
+    try {
+      candidate.prediction = predict(candidate.plan);
+    } catch (const c10::Error&) {
+      continue;  // nor is one whose options the table does not cost (sac, in a table profiled without it)
+    }
+    candidate.feasible = candidate.prediction.peak_bytes <= budget_bytes;
+    candidate.least_feasible_budget_bytes = candidate.prediction.peak_bytes;  // its one plan's
+    out.push_back(std::move(candidate));
+  }
+  const Budget exact = Budget::bytes(budget_bytes);
+  out.push_back(revolve_plan(costs, exact, options));
+  out.push_back(chen_greedy_plan(costs, exact, options));
+  return out;
+}
+
+std::vector<PlanResult> compare_planners(const CostTable& costs, const Chain& chain, const Budget& budget,
+                                         const PlannerOptions& options) {
+  return compare_planners(
+      costs, budget, generic_policy_candidates(), [&chain](const std::string& policy) { return policy_plan(policy, chain); },
+      [&costs](const Plan& plan) { return simulate(plan, costs); }, options);
+}
+
+}  // namespace remat

@@ -1,0 +1,346 @@
+#include "remat/planning/throughput.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "remat/base/error.h"
+#include "remat/memory/memory.h"
+
+namespace remat {
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The value at `at` of the broken line through the points (x sorted ascending, distinct): linear
+// between the two profiled sizes around `at`, and outside them along the segment nearest to it.
+// Not one least-squares line: per-sample time is not constant in the batch on a CPU (it falls as
+// kernels grow past their fixed costs, then rises as activations leave the caches), so a single
+// line fitted over 1..G passes beside every profiled size and, extrapolated, goes to zero or below.
+double piecewise_linear(const std::vector<double>& x, const std::vector<double>& y, double at) {
+  size_t i = 0;  // the segment x[i]..x[i+1] used
+  while (i + 2 < x.size() && at > x[i + 1]) ++i;
+  const double slope = (y[i + 1] - y[i]) / (x[i + 1] - x[i]);
+  return y[i] + slope * (at - x[i]);
+}
+
+// The tables' JSON (CostTable::to_json, the one schema) walked in step: every "..._bytes" and
+// "..._seconds" number fitted across the batch sizes, everything else required equal. An explicit
+// stack: tables may hold thousands of stages.
+nlohmann::json interpolate_json(const std::vector<nlohmann::json>& tables, const std::vector<double>& batches,
+                                double batch) {
+  nlohmann::json result = tables.front();
+  struct Node {
+    nlohmann::json* out;
+    std::vector<const nlohmann::json*> in;
+    std::string where;
+  };
+  std::vector<Node> stack;
+  {
+    Node root{&result, {}, "the cost table"};
+    for (const auto& t : tables) root.in.push_back(&t);
+    stack.push_back(std::move(root));
+  }
+  while (!stack.empty()) {
+    Node node = std::move(stack.back());
+    stack.pop_back();
+    const nlohmann::json& first = *node.in.front();
+    for (const nlohmann::json* other : node.in) {
+      REMAT_CHECK(other->type() == first.type() && other->size() == first.size(), "interpolate_costs: the profiles ",
+                  "differ in shape at ", node.where, "; profile one chain at each batch size.");
+    }
+    if (first.is_object()) {
+      for (auto it = node.out->begin(); it != node.out->end(); ++it) {
+        const std::string& key = it.key();
+        if (key == "source" || key == "threads") continue;  // where they came from, not what they cost
+        Node child{&it.value(), {}, node.where + "." + key};
+        for (const nlohmann::json* t : node.in) {
+          REMAT_CHECK(t->contains(key), "interpolate_costs: the profiles differ at ", child.where,
+                      "; profile one chain at each batch size.");
+          child.in.push_back(&(*t)[key]);
+        }
+        if (first[key].is_number() && (ends_with(key, "_bytes") || ends_with(key, "_seconds"))) {
+          std::vector<double> values;
+          for (const nlohmann::json* v : child.in) values.push_back(v->get<double>());
+          const double fitted = std::max(0.0, piecewise_linear(batches, values, batch));
+          if (ends_with(key, "_bytes")) {
+            *child.out = static_cast<int64_t>(std::ceil(fitted));
+          } else {
+            *child.out = fitted;
+          }
+          continue;
+        }
+        stack.push_back(std::move(child));
+      }
+    } else if (first.is_array()) {
+      for (size_t i = 0; i < first.size(); ++i) {
+        Node child{&(*node.out)[i], {}, node.where + "[" + std::to_string(i) + "]"};
+        for (const nlohmann::json* t : node.in) child.in.push_back(&(*t)[i]);
+        stack.push_back(std::move(child));
+      }
+    } else {
+      for (const nlohmann::json* other : node.in) {
+        REMAT_CHECK(*other == first, "interpolate_costs: the profiles differ at ", node.where, " (",
+                    first.dump(), " and ", other->dump(), "); profile one chain at each batch size.");
+      }
+    }
+  }
+  return result;
+}
+
+// Every "..._seconds" number of a cost table's JSON multiplied by `factor` (an explicit stack, as above).
+void scale_seconds(nlohmann::json& root, double factor) {
+  std::vector<nlohmann::json*> stack{&root};
+  while (!stack.empty()) {
+    nlohmann::json* node = stack.back();
+    stack.pop_back();
+    if (node->is_object()) {
+      for (auto it = node->begin(); it != node->end(); ++it) {
+        if (it.value().is_number() && ends_with(it.key(), "_seconds")) {
+          it.value() = it.value().get<double>() * factor;
+        } else if (it.value().is_structured()) {
+          stack.push_back(&it.value());
+        }
+      }
+    } else if (node->is_array()) {
+      for (auto& child : *node) stack.push_back(&child);
+    }
+  }
+}
+
+// The plan that checkpoints nothing, with `plan`'s names, granularity, mode and default options.
+Plan unchecked_like(const Plan& plan) {
+  Plan plain = plan;
+  plain.items.clear();
+  for (size_t i = 0; i < plan.stage_names.size(); ++i) plain.items.push_back(PlanItem::run(static_cast<int64_t>(i)));
+  if (!plain.default_options.empty()) plain.options = plain.default_options;
+  return plain;
+}
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+CostTable interpolate_costs(const std::vector<std::pair<int64_t, CostTable>>& profiled, int64_t batch) {
+  REMAT_CHECK(!profiled.empty(), "interpolate_costs: give at least one profiled batch size.");
+  REMAT_CHECK(batch >= 1, "interpolate_costs: the batch size must be at least 1, got ", batch, ".");
+  std::vector<std::pair<int64_t, CostTable>> sorted = profiled;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<double> batches;
+  for (const auto& [b, table] : sorted) {
+    if (b == batch) return table;
+    REMAT_CHECK(b >= 1, "interpolate_costs: profiled batch sizes must be at least 1, got ", b, ".");
+    REMAT_CHECK(batches.empty() || batches.back() != static_cast<double>(b), "interpolate_costs: batch size ", b,
+                " is profiled twice.");
+    batches.push_back(static_cast<double>(b));
+  }
+  REMAT_CHECK(sorted.size() >= 2, "interpolate_costs: a table at batch ", batch, " needs profiles at two batch ",
+              "sizes or more; there is one, at ", profiled.front().first, ".");
+  std::vector<nlohmann::json> tables;
+  for (const auto& entry : sorted) tables.push_back(nlohmann::json::parse(entry.second.to_json()));
+  nlohmann::json fitted = interpolate_json(tables, batches, static_cast<double>(batch));
+  std::string sizes;
+  for (const auto& entry : sorted) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.first);
+  fitted["source"] = "interpolated at batch " + std::to_string(batch) + " from profiles at " + sizes + " (" +
+                     sorted.front().second.source + ")";
+  return CostTable::from_json(fitted.dump(), "the interpolated cost table");
+}
+
+InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, CostTable>>& profiled) {
+  std::vector<std::pair<int64_t, CostTable>> sorted = profiled;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  InterpolationCheck check;
+  for (size_t i = 1; i + 1 < sorted.size(); ++i) {
+    std::vector<std::pair<int64_t, CostTable>> others = sorted;
+    others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
+    const CostTable& actual = sorted[i].second;
+    const CostTable predicted = interpolate_costs(others, sorted[i].first);
+    const Prediction a = simulate(actual.plain_plan(), actual), p = simulate(predicted.plain_plan(), predicted);
+    const double peak_error = std::abs(static_cast<double>(p.peak_bytes - a.peak_bytes)) /
+                              std::max(1.0, static_cast<double>(a.peak_bytes));
+    const double step_error = a.step_seconds > 0 ? std::abs(p.step_seconds - a.step_seconds) / a.step_seconds : 0.0;
+    if (std::max(peak_error, step_error) >= std::max(check.peak_error, check.step_error)) {
+      check.worst_batch = sorted[i].first;
+    }
+    check.peak_error = std::max(check.peak_error, peak_error);
+    check.step_error = std::max(check.step_error, step_error);
+  }
+  return check;
+}
+
+ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_batch, const Budget& budget,
+                                 const ThroughputOptions& options) {
+  REMAT_CHECK(static_cast<bool>(costs_at), "plan_throughput: give the chain's costs at a batch size (profile_batches).");
+  REMAT_CHECK(global_batch >= 1, "plan_throughput: the global batch must be at least 1, got ", global_batch, ".");
+  std::vector<int64_t> micro_batches = options.micro_batches().empty() ? divisors(global_batch) : options.micro_batches();
+  std::sort(micro_batches.begin(), micro_batches.end());
+  micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
+  for (const int64_t m : micro_batches) {
+    REMAT_CHECK(m >= 1 && global_batch % m == 0, "plan_throughput: micro-batch ", m, " does not divide the global ",
+                "batch ", global_batch, "; equal micro-batches are what make accumulated gradients the global ",
+                "batch's. Give divisors of ", global_batch, ".");
+  }
+  const PlannerOptions& planner = options.planner();
+  const CostTable global_costs = costs_at(global_batch);
+  ThroughputChoice choice;
+  choice.global_batch = global_batch;
+  choice.unchecked_peak_bytes = simulate(global_costs.plain_plan(planner.mode()), global_costs).peak_bytes;
+  choice.budget_bytes = budget.to_bytes(choice.unchecked_peak_bytes);
+  for (const int64_t m : micro_batches) {
+    MicroBatchChoice c;
+    c.micro_batch = m;
+    c.accumulation = global_batch / m;
+    const CostTable costs = m == global_batch ? global_costs : costs_at(m);
+    c.planned = plan_optimal(costs, Budget::bytes(choice.budget_bytes), planner);
+    const double micro = static_cast<double>(m);
+    if (c.planned.feasible && c.planned.prediction.step_seconds > 0) {
+      c.predicted_samples_per_second = micro / c.planned.prediction.step_seconds;
+    }
+    c.unchecked_fits = c.planned.unchecked.peak_bytes <= choice.budget_bytes;
+    if (c.unchecked_fits && c.planned.unchecked.step_seconds > 0) {
+      c.unchecked_samples_per_second = micro / c.planned.unchecked.step_seconds;
+    }
+    const size_t index = choice.frontier.size();
+    // Ties go to the larger micro-batch: fewer optimizer-free steps, the same samples.
+    if (c.predicted_samples_per_second > 0 &&
+        (!choice.best || c.predicted_samples_per_second >= choice.frontier[*choice.best].predicted_samples_per_second)) {
+      choice.best = index;
+    }
+    if (c.unchecked_fits) choice.largest_unchecked = index;
+    if (m == global_batch && c.planned.feasible) choice.whole_batch = index;
+    choice.frontier.push_back(std::move(c));
+  }
+  return choice;
+}
+
+const MicroBatchChoice& ThroughputChoice::chosen() const {
+  if (best) return frontier[*best];
+  int64_t least = -1;
+  int64_t at = 0;
+  for (const auto& c : frontier) {
+    const int64_t l = c.planned.least_feasible_budget_bytes;
+    if (l >= 0 && (least < 0 || l < least)) {
+      least = l;
+      at = c.micro_batch;
+    }
+  }
+  REMAT_CHECK(least >= 0, "plan_throughput: no micro-batch fits a budget of ", format_bytes(budget_bytes),
+              ", and none fits any budget. Plan a smaller model.");
+  REMAT_CHECK(false, "plan_throughput: no micro-batch of the global batch ", global_batch, " fits a budget of ",
+              budget_bytes, " bytes (", format_bytes(budget_bytes), "): the least that fits is ", least, " bytes (",
+              format_bytes(least), ", at micro-batch ", at, "). Give at least that.");
+  return frontier.front();
+}
+
+std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice, const MeasureMicroBatches& measure) {
+  REMAT_CHECK(static_cast<bool>(measure), "measure_frontier: give a function measuring plans at micro-batch sizes.");
+  std::vector<MicroBatchRun> runs;
+  struct Indices {
+    size_t planned;
+    std::optional<size_t> unchecked;
+  };
+  std::vector<std::pair<const MicroBatchChoice*, Indices>> entries;
+  for (const MicroBatchChoice& c : choice.frontier) {
+    if (!c.planned.feasible) continue;
+    Indices at{runs.size(), std::nullopt};
+    runs.push_back({c.micro_batch, c.planned.plan});
+    if (c.unchecked_fits) {
+      // The plan is often the unchecked one itself: then one run answers both.
+      Plan plain = unchecked_like(c.planned.plan);
+      const bool same = plain.to_string() == c.planned.plan.to_string();
+      at.unchecked = same ? at.planned : runs.size();
+      if (!same) runs.push_back({c.micro_batch, std::move(plain)});
+    }
+    entries.emplace_back(&c, at);
+  }
+  if (runs.empty()) return {};
+  const std::vector<PlanMeasurement> m = measure(runs);
+  REMAT_CHECK(m.size() == runs.size(), "measure_frontier: the measure returned ", m.size(), " measurements for ",
+              runs.size(), " runs.");
+  std::vector<MeasuredMicroBatch> measured;
+  for (const auto& [c, at] : entries) {
+    MeasuredMicroBatch out;
+    out.micro_batch = c->micro_batch;
+    out.planned = m[at.planned];
+    const double micro = static_cast<double>(c->micro_batch);
+    out.samples_per_second = out.planned.step_seconds > 0 ? micro / out.planned.step_seconds : 0.0;
+    if (at.unchecked) {
+      out.unchecked = m[*at.unchecked];
+      out.unchecked_samples_per_second = out.unchecked->step_seconds > 0 ? micro / out.unchecked->step_seconds : 0.0;
+    }
+    measured.push_back(std::move(out));
+  }
+  return measured;
+}
+
+ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
+                                const std::vector<int64_t>& batches, const ProfileOptions& options) {
+  REMAT_CHECK(static_cast<bool>(sample_of_batch), "profile_batches: give a function from a batch size to a sample input.");
+  REMAT_CHECK(!batches.empty(), "profile_batches: give at least one batch size.");
+  ProfiledBatches profiled;
+  for (const int64_t b : batches) {
+    REMAT_CHECK(b >= 1, "profile_batches: batch sizes must be at least 1, got ", b, ".");
+    profiled.tables.emplace_back(b, profile_chain(chain, sample_of_batch(b), options));
+  }
+  align_step_times(chain, sample_of_batch, profiled, options);
+  return profiled;
+}
+
+void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
+                      ProfiledBatches& profiled, const ProfileOptions& options) {
+  REMAT_CHECK(static_cast<bool>(sample_of_batch), "align_step_times: give a function from a batch size to a sample input.");
+  profiled.time_scales.assign(profiled.tables.size(), 1.0);
+  if (profiled.tables.size() < 2) return;
+  std::vector<PlanRun> runs;
+  for (const auto& [b, table] : profiled.tables) {
+    const int64_t batch = b;
+    // The sample function may set state of the chain for its size (a loss's targets): run it
+    // before every step of that size.
+    runs.push_back({&chain, table.plain_plan(options.mode()), sample_of_batch(batch),
+                    [&sample_of_batch, batch] { sample_of_batch(batch); }});
+  }
+  const std::vector<PlanMeasurement> measured = measure_runs(runs, std::max(3, options.repeats()));
+  for (size_t i = 0; i < profiled.tables.size(); ++i) {
+    CostTable& table = profiled.tables[i].second;
+    const double predicted = simulate(runs[i].plan, table).step_seconds;
+    if (predicted <= 0) continue;
+    const double scale = measured[i].step_seconds / predicted;
+    profiled.time_scales[i] = scale;
+    nlohmann::json json = nlohmann::json::parse(table.to_json());
+    scale_seconds(json, scale);
+    const std::string source = table.source;
+    table = CostTable::from_json(json.dump(), "the aligned cost table");
+    table.source = source + ", times aligned across batch sizes";
+  }
+}
+
+std::vector<int64_t> default_profile_batches(int64_t global_batch) {
+  REMAT_CHECK(global_batch >= 1, "the global batch must be at least 1, got ", global_batch, ".");
+  // The ends of the micro-batches searched (1 and G), so that every one is interpolated, never
+  // extrapolated, and the divisor nearest their geometric mean, so that the broken line bends where
+  // per-sample cost changes most and check_interpolation has an interior size to test the law on.
+  std::vector<int64_t> sizes{global_batch};
+  if (global_batch == 1) return sizes;
+  const double middle = std::sqrt(static_cast<double>(global_batch));
+  int64_t nearest = 1;
+  for (const int64_t d : divisors(global_batch)) {
+    if (std::abs(std::log(static_cast<double>(d) / middle)) < std::abs(std::log(static_cast<double>(nearest) / middle))) {
+      nearest = d;
+    }
+  }
+  if (nearest != 1 && nearest != global_batch) sizes.push_back(nearest);
+  sizes.push_back(1);
+  return sizes;
+}
+
+}  // namespace remat
