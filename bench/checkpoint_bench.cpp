@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   at::Tensor x = torch::randn({16}, torch::requires_grad());
   auto tiny = [&](const at::Tensor& in) { return (in * w).tanh(); };
   std::vector<double> direct_fwd, ckpt_fwd, direct_step, ckpt_step, nr_fwd, nr_step;
-  const auto non_reentrant = remat::CheckpointOptions().reentrant(false);
+  const auto non_reentrant = remat::CheckpointOptions().use_reentrant(false);
   for (int r = 0; r < rounds; ++r) {
     direct_fwd.push_back(seconds_per_call(calls, [&] { tiny(x); }));
     ckpt_fwd.push_back(seconds_per_call(calls, [&] { remat::checkpoint(tiny, x); }));

@@ -537,7 +537,7 @@ TEST(NonReentrantCheckpoint, RecomputeStopsOnceEverySavedTensorIsBack) {
     return y * 2 + 1;  // saves nothing
   };
   at::Tensor x = torch::randn({4, 8}, torch::requires_grad());
-  at::Tensor out = remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(false));
+  at::Tensor out = remat::checkpoint(fn, x, remat::CheckpointOptions().use_reentrant(false));
   EXPECT_EQ(ran, (std::vector<std::string>{"a", "b", "tail"}));
   out.sum().backward();
   EXPECT_EQ(ran, (std::vector<std::string>{"a", "b", "tail", "a", "b"}))
@@ -563,8 +563,8 @@ TEST(NonReentrantCheckpoint, ASegmentsBackwardHoldsOneParameterGradientAtATime) 
   };
   const at::Tensor x = torch::randn({2, n}, torch::requires_grad());
   auto backward_peak = [&](bool reentrant) {
-    remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(reentrant)).sum().backward();  // grads exist
-    at::Tensor loss = remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(reentrant)).sum();
+    remat::checkpoint(fn, x, remat::CheckpointOptions().use_reentrant(reentrant)).sum().backward();  // grads exist
+    at::Tensor loss = remat::checkpoint(fn, x, remat::CheckpointOptions().use_reentrant(reentrant)).sum();
     const int64_t before = remat::memory_stats().current_bytes;
     remat::reset_peak_memory();
     loss.backward();
@@ -581,7 +581,7 @@ TEST(NonReentrantCheckpoint, ARecomputeThatSavesOtherTensorsIsAnErrorNamingTheFu
   at::Tensor x = torch::randn({6}, torch::requires_grad());
   at::Tensor out = remat::checkpoint(
       [&](const at::Tensor& in) { return ++calls == 1 ? in.exp().sum() : in.narrow(0, 0, 3).exp().sum() * 2; }, x,
-      remat::CheckpointOptions().name("drifting").reentrant(false));
+      remat::CheckpointOptions().name("drifting").use_reentrant(false));
   expect_error_containing([&] { out.backward(); },
                           {"checkpoint 'drifting'", "saved tensor 0 of the recompute is Float[3]",
                            "the forward's was Float[6]"});
@@ -594,10 +594,10 @@ TEST(NonReentrantCheckpoint, NestedCheckpointsAcceptALeafPassedOnUnchanged) {
   torch::nn::Linear a(6, 6);
   const auto inner = [&](const at::Tensor& x) { return a(x).tanh() * x; };
   const auto outer = [&](const at::Tensor& x) {
-    return remat::checkpoint(inner, x, remat::CheckpointOptions().reentrant(false)).sin();
+    return remat::checkpoint(inner, x, remat::CheckpointOptions().use_reentrant(false)).sin();
   };
   at::Tensor x = torch::randn({3, 6}, torch::requires_grad());
-  remat::checkpoint(outer, x, remat::CheckpointOptions().reentrant(false)).sum().backward();
+  remat::checkpoint(outer, x, remat::CheckpointOptions().use_reentrant(false)).sum().backward();
   const at::Tensor x_grad = x.grad().clone(), w_grad = a->weight.grad().clone();
   x.mutable_grad().reset();
   a->weight.mutable_grad().reset();
@@ -619,10 +619,10 @@ TEST(NonReentrantCheckpoint, MixedNestingGivesThePlainGradients) {
     a->zero_grad();
     b->zero_grad();
     auto nested = [&](const at::Tensor& in) {
-      return remat::checkpoint(inner, a(in).sin(), remat::CheckpointOptions().reentrant(!outer_reentrant)) + in;
+      return remat::checkpoint(inner, a(in).sin(), remat::CheckpointOptions().use_reentrant(!outer_reentrant)) + in;
     };
     at::Tensor leaf = x.clone().requires_grad_(true);
-    remat::checkpoint(nested, leaf, remat::CheckpointOptions().reentrant(outer_reentrant)).pow(2).sum().backward();
+    remat::checkpoint(nested, leaf, remat::CheckpointOptions().use_reentrant(outer_reentrant)).pow(2).sum().backward();
     EXPECT_TRUE(bitwise_equal(plain_grad, leaf.grad()));
     remat::testing::expect_same_grads(plain_a, remat::testing::parameter_grads(*a));
     remat::testing::expect_same_grads(plain_b, remat::testing::parameter_grads(*b));
@@ -642,7 +642,7 @@ TEST(NonReentrantCheckpoint, ParameterHooksFireInThePlainOrder) {
       hooks.emplace_back(w, w.register_hook([&fired, name](const at::Tensor&) { fired.push_back(name); }));
     }
     at::Tensor x = torch::randn({2, 4});
-    at::Tensor y = how == 0 ? fn(x) : remat::checkpoint(fn, x, remat::CheckpointOptions().reentrant(how == 1));
+    at::Tensor y = how == 0 ? fn(x) : remat::checkpoint(fn, x, remat::CheckpointOptions().use_reentrant(how == 1));
     y.sum().backward();
     for (auto& [w, id] : hooks) w.remove_hook(id);
     return fired;
@@ -655,5 +655,4 @@ TEST(NonReentrantCheckpoint, ParameterHooksFireInThePlainOrder) {
 TEST(CheckpointOptions, UseReentrantIsPyTorchsNameForTheMode) {
   EXPECT_EQ(remat::CheckpointOptions().use_reentrant(false).mode(), remat::CheckpointMode::non_reentrant);
   EXPECT_EQ(remat::CheckpointOptions().use_reentrant(true).mode(), remat::CheckpointMode::reentrant);
-  EXPECT_EQ(remat::CheckpointOptions().reentrant(false).mode(), remat::CheckpointMode::non_reentrant);  // old spelling
 }

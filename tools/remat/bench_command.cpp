@@ -279,7 +279,6 @@ void add_bench_command(CLI::App& app) {
       "bench", "Measure every policy and the planner at budgets, interleaved: table, CSV, JSON, Pareto plot, memory timeline, report");
   add_strategy_flags(*bench, *flags, "Also run the optimal plan for each of these activation budgets ('' for none)");
   add_measure_steps_option(*bench, flags->steps, "Measured rounds after one warm-up round (each strategy one step per round)");
-  add_old_spelling(*bench, "--steps", "--measure-steps", flags->steps);
   bench->add_option("--trace", flags->trace, "Strategies whose memory timeline to plot (default: none, block, the middle budget's optimal plan)")
       ->group("Output");
   bench->add_flag("--no-trace", flags->no_trace, "Skip the memory timeline")->group("Output");

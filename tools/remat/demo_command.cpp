@@ -125,10 +125,7 @@ void add_demo_command(CLI::App& app) {
   CLI::App* demo = app.add_subcommand("demo", "Show the memory checkpointing saves on a stack of residual layers");
   flags->model.add_to(*demo, ModelUse::stack);
   auto& o = flags->model.options;
-  add_old_spelling(*demo, "--channels", "--hidden", o.model.hidden());
-  add_old_spelling(*demo, "--tokens", "--seq", o.model.sequence());
   add_measure_steps_option(*demo, flags->measure_steps, "Measured rounds after one warm-up (each strategy one step per round)");
-  add_old_spelling(*demo, "--steps", "--measure-steps", flags->measure_steps);
   add_json_flag(*demo, flags->json);
   demo->callback([flags] { run_demo(*flags); });
 }

@@ -90,7 +90,7 @@ void run_estimate(EstimateFlags& flags) {
                                  {"published_per_layer_bytes", est.published_block_bytes},
                                  {"published_attention_bytes", est.published_attention_bytes},
                                  {"relative_difference", difference}, {"unchecked_peak_bytes", unchecked},
-                                 {"least_feasible_budget_bytes", least}, {"min_feasible_budget_bytes", least}, {"policies", json_policies}})
+                                 {"least_feasible_budget_bytes", least}, {"policies", json_policies}})
                      .dump()
               << "\n";
   }

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include <set>
 
 #include "remat/base/error.h"
 #include "remat/train/presets.h"
@@ -100,7 +99,7 @@ void ModelFlags::apply_preset() {
 }
 
 CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
-                               bool old_plural, bool empty_means_none) {
+                               bool empty_means_none) {
   CLI::Option* option = command.add_option("--budget", budgets,
                                            help + " (bytes, KiB/MiB/GiB or % of the unchecked activation peak; "
                                                   "several: comma-separated or repeated)")
@@ -112,15 +111,7 @@ CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budg
         },
         "BUDGET"));
   }
-  if (old_plural) add_old_spelling(command, "--budgets", "--budget", budgets)->delimiter(',');
   return option;
-}
-
-void note_old_spelling(const std::string& old_name, const std::string& new_name) {
-  static std::set<std::string> noted;
-  if (noted.insert(old_name).second) {
-    std::cerr << "remat: " << old_name << " is now " << new_name << " (the old spelling will go away)\n";
-  }
 }
 
 namespace {

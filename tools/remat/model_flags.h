@@ -38,10 +38,10 @@ struct ModelFlags {
 };
 
 /// `--budget B[,B...]` (also repeatable): activation budgets as bytes, KiB/MiB/GiB or % of the
-/// unchecked peak. `old_plural`: also accept the deprecated `--budgets`. `empty_means_none`: `''`
+/// unchecked peak. `empty_means_none`: `''`
 /// stands for "no budget" (bench's list); otherwise an empty budget is refused, not taken as none.
 CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
-                               bool old_plural = false, bool empty_means_none = false);
+                               bool empty_means_none = false);
 
 /// `--checkpoint-mode reentrant|non-reentrant` straight into `mode` (its current value the default).
 CLI::Option* add_checkpoint_mode_option(CLI::App& command, CheckpointMode& mode, const std::string& help);
@@ -58,17 +58,6 @@ CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::
 
 /// `--json`: stdout holds exactly one JSON document; everything else goes to stderr.
 CLI::Option* add_json_flag(CLI::App& command, bool& json);
-
-/// Says once on stderr that `old_name` is now `new_name`.
-void note_old_spelling(const std::string& old_name, const std::string& new_name);
-
-/// An old spelling of `new_name`, hidden from --help, still working: it sets `target` and notes
-/// the new spelling on stderr.
-template <typename T>
-CLI::Option* add_old_spelling(CLI::App& command, const std::string& old_name, const std::string& new_name, T& target) {
-  return command.add_option(old_name, target)->group("")->each(
-      [old_name, new_name](const std::string&) { note_old_spelling(old_name, new_name); });
-}
 
 /// Where a command writes what people read: stderr under --json (stdout is the JSON's), else stdout.
 inline std::ostream& human_output(bool json) { return json ? std::cerr : std::cout; }

@@ -154,7 +154,7 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
                            {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
                            {"predicted_overhead_spread", r.optimal.predicted_overhead_spread()},
                            {"timed_under", r.optimal.timed_under},
-                           {"least_feasible_budget_bytes", r.least}, {"min_feasible_budget_bytes", r.least},
+                           {"least_feasible_budget_bytes", r.least},
                            {"verified_peak_bytes", r.optimal.measured_peak_bytes >= 0
                                                        ? nlohmann::json(r.optimal.measured_peak_bytes)
                                                        : nlohmann::json()},
@@ -434,7 +434,6 @@ void add_plan_command(CLI::App& app) {
       ->group("Planning");
   plan->add_option("--save-plan", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")
       ->group("Output");
-  add_old_spelling(*plan, "--save", "--save-plan", flags->save_file);
   add_json_flag(*plan, flags->json);
   plan->callback([flags] {
     flags->model.apply_preset();

@@ -28,7 +28,6 @@ void add_profile_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
   cmd->add_option("--save-profile", flags->save_file, "Write the profile as JSON to this file (for --profile FILE)")
       ->group("Output");
-  add_old_spelling(*cmd, "--save", "--save-profile", flags->save_file);
   add_checkpoint_mode_option(*cmd, flags->model.options.checkpoint_mode,
                              "Cost segment ends for this mode: reentrant (the GPT's graph-only stages), non-reentrant "
                              "(the generic early stop: each stage's forward stopped at its last saved tensor)");

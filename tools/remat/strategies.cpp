@@ -142,7 +142,7 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
   flags.model.add_to(command, ModelUse::run, "Text file to take the batch from, instead of the fortunes corpus");
   command.add_option("--policies", flags.policies, "Manual policies to run (see `remat policies`), space-separated")
       ->capture_default_str()->group("Planning");
-  add_budget_option(command, flags.budgets, budget_help, /*old_plural=*/true, /*empty_means_none=*/true)->capture_default_str();
+  add_budget_option(command, flags.budgets, budget_help, /*empty_means_none=*/true)->capture_default_str();
   add_checkpoint_mode_option(command, flags.checkpoint_modes,
                              "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant");
   command.add_option("--profile", flags.profile_file,

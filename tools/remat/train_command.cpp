@@ -305,7 +305,6 @@ void add_train_command(CLI::App& app) {
                   "With --budget: choose the micro-batch with the plan, for the most tokens per second under the budget")
       ->check(CLI::IsMember({"throughput"}))->group("Planning");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");
-  add_old_spelling(*cmd, "--save", "--save-state", o.save_dir);
   cmd->add_option("--save-every", o.save_every, "Also save every this many global steps (0: only at the end); needs --save-state")
       ->capture_default_str()->check(whole_number_from(0))->group("State");
   cmd->add_option("--keep-last", o.keep_last, "Saved states to keep in --save-state's folder, the newest")
@@ -313,7 +312,6 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--resume", o.resume_dir, "Continue from the newest state saved in this folder")->group("State");
   cmd->add_flag("--compare", flags->compare, "Also measure the unchecked run on one batch and print the ratios")->group("Measurement");
   add_measure_steps_option(*cmd, flags->measure_steps, "Measured interleaved steps per plan for --compare");
-  add_old_spelling(*cmd, "--compare-steps", "--measure-steps", flags->measure_steps);
   cmd->add_flag("--verify", flags->verify,
                 "Before training, run one step unchecked (same stage options) and one under the plan from the same "
                 "RNG state and print the largest gradient difference (0 on CPU)")

@@ -103,7 +103,6 @@ struct CheckpointOptions {
     return *this;
   }
   /// The same as use_reentrant (remat's first spelling, still accepted).
-  CheckpointOptions& reentrant(bool on) { return use_reentrant(on); }
   /// mode(), or the thread's default where none is set.
   CheckpointMode effective_mode() const { return mode_.value_or(default_checkpoint_mode()); }
   /// check_reads(), or its default: on exactly when a selective policy is set.
