@@ -293,14 +293,15 @@ namespace {
 // Stage i: x·w_i then tanh; logs which entry point ran it, and in which phase.
 class RecordingChain : public remat::Chain {
  public:
-  explicit RecordingChain(int64_t n) {
+  explicit RecordingChain(int64_t n, const std::string& prefix = "s", std::string granularity = "block")
+      : granularity_(std::move(granularity)) {
     for (int64_t i = 0; i < n; ++i) {
-      stages_.push_back({"s" + std::to_string(i), i, {"full"}});
+      stages_.push_back({prefix + std::to_string(i), i, {"full"}});
       weights.push_back(torch::randn({4}, torch::requires_grad()));
     }
   }
   const std::vector<remat::StageInfo>& stages() const override { return stages_; }
-  std::string granularity() const override { return "block"; }
+  std::string granularity() const override { return granularity_; }
   at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string&) override {
     log.push_back(stages_[index].name);
     return (input * weights[index]).tanh();
@@ -313,6 +314,7 @@ class RecordingChain : public remat::Chain {
   std::vector<std::string> log;
 
  private:
+  std::string granularity_;
   std::vector<remat::StageInfo> stages_;
 };
 
@@ -323,6 +325,21 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 }  // namespace
+
+// run_plan checks a plan by its stages' names and its granularity, as validate_against does: a plan
+// of another chain of the same length would otherwise checkpoint the wrong stages silently.
+TEST(Plan, RunPlanRefusesAPlanOfAnotherChainOfTheSameLength) {
+  RecordingChain mine(3), other_names(3, "t"), other_granularity(3, "s", "half");
+  Plan plan = Plan::plain(mine);
+  plan.items = {remat::PlanItem::checkpointed({remat::PlanItem::run(0), remat::PlanItem::run(1)}),
+                remat::PlanItem::run(2)};
+  const at::Tensor x = torch::randn({4}, torch::requires_grad());
+  REMAT_EXPECT_ERROR(remat::run_plan(other_names, plan, x), "(t0 t1 t2)");
+  REMAT_EXPECT_ERROR(remat::run_plan(other_granularity, plan, x), "granularity 'half'");
+  EXPECT_TRUE(other_names.log.empty() && other_granularity.log.empty()) << "refused before any stage ran";
+  remat::run_plan(mine, plan, x).sum().backward();
+  EXPECT_EQ(joined(mine.log), "s0 s1 s2 s0 s1*");
+}
 
 TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
   torch::manual_seed(0);
@@ -363,4 +380,27 @@ TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
   const auto grads = torch::autograd::grad({again}, {x}, {}, /*retain_graph=*/true, /*create_graph=*/true);
   EXPECT_EQ(joined(chain.log).find('*'), std::string::npos) << joined(chain.log);
   EXPECT_TRUE(grads[0].requires_grad());
+}
+
+// One builder of the plan that checkpoints nothing: from a chain, from a cost table, from a plan.
+TEST(Plan, TheUncheckedPlanIsTheSameFromAChainATableOrAnotherPlan) {
+  RecordingChain chain(4);
+  Plan checkpointed = Plan::plain(chain);
+  checkpointed.items = {remat::PlanItem::checkpointed({remat::PlanItem::run(0), remat::PlanItem::run(1)}),
+                        remat::PlanItem::run(2), remat::PlanItem::run(3)};
+  checkpointed.mode = remat::CheckpointMode::non_reentrant;
+  const Plan plain = checkpointed.without_checkpoints();
+  EXPECT_EQ(plain.to_string(), "s0 s1 s2 s3 (non-reentrant)");
+  EXPECT_EQ(plain.stage_names, Plan::plain(chain).stage_names);
+  remat::CostTable costs;
+  costs.granularity = "block";
+  for (const auto& name : plain.stage_names) {
+    remat::StageCost stage;
+    stage.name = name;
+    stage.options.emplace_back();
+    stage.options.back().option = "full";
+    costs.stages.push_back(stage);
+  }
+  EXPECT_EQ(costs.plain_plan(remat::CheckpointMode::non_reentrant).to_json(), plain.to_json());
+  REMAT_EXPECT_ERROR(Plan::unchecked("block", {"a", "b"}, {"full"}), "one default option per stage: 2 stages, 1 options");
 }

@@ -220,18 +220,34 @@ std::pair<int64_t, int64_t> stage_range(const std::vector<PlanItem>& items) {
   return {first, last};
 }
 
-Plan Plan::plain(const Chain& chain) {
+Plan Plan::unchecked(std::string granularity, std::vector<std::string> stage_names,
+                     std::vector<std::string> default_options, CheckpointMode mode) {
+  REMAT_CHECK(default_options.size() == stage_names.size(), "an unchecked plan needs one default option per stage: ",
+              stage_names.size(), " stages, ", default_options.size(), " options.");
   Plan plan;
-  plan.granularity = chain.granularity();
-  for (int64_t i = 0; i < chain.size(); ++i) {
-    const auto& stage = chain.stages()[i];
-    plan.stage_names.push_back(stage.name);
-    REMAT_CHECK(!stage.options.empty(), "stage '", stage.name, "' lists no options; give it at least one (its default).");
-    plan.options.push_back(stage.options.at(0));
-    plan.items.push_back(PlanItem::run(i));
-  }
-  plan.default_options = plan.options;
+  plan.granularity = std::move(granularity);
+  plan.stage_names = std::move(stage_names);
+  plan.options = default_options;
+  plan.default_options = std::move(default_options);
+  plan.mode = mode;
+  for (size_t i = 0; i < plan.stage_names.size(); ++i) plan.items.push_back(PlanItem::run(static_cast<int64_t>(i)));
   return plan;
+}
+
+Plan Plan::plain(const Chain& chain) {
+  std::vector<std::string> names, defaults;
+  for (const auto& stage : chain.stages()) {
+    REMAT_CHECK(!stage.options.empty(), "stage '", stage.name, "' lists no options; give it at least one (its default).");
+    names.push_back(stage.name);
+    defaults.push_back(stage.options.front());
+  }
+  return unchecked(chain.granularity(), std::move(names), std::move(defaults));
+}
+
+Plan Plan::without_checkpoints() const {
+  Plan plain = unchecked(granularity, stage_names, default_options.empty() ? options : default_options, mode);
+  if (default_options.empty()) plain.default_options.clear();  // still unknown
+  return plain;
 }
 
 std::string Plan::to_string() const {
@@ -368,8 +384,9 @@ std::vector<int64_t> Plan::recompute_depths() const {
 }
 
 at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
-  REMAT_CHECK(static_cast<int64_t>(plan.stage_names.size()) == chain.size(), "run_plan: the plan has ",
-              plan.stage_names.size(), " stages but the chain has ", chain.size(), "; validate the plan first.");
+  // By name and granularity, not only by count: a plan of another chain of the same length would
+  // otherwise run, checkpointing the wrong stages.
+  plan.validate_against(chain);
   // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
   auto shared = std::make_shared<const Plan>(plan);
   return run_items(chain, shared, shared->items, input, /*graph_only=*/false);

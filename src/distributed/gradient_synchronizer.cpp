@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <sstream>
 
 #include <ATen/ops/zeros.h>
@@ -118,15 +119,15 @@ struct GradientSynchronizer::Impl : std::enable_shared_from_this<GradientSynchro
 
 namespace {
 
+// Calls `on_ready` after a parameter's gradient accumulator has run (the synchronizer holds it weakly).
 struct ReadyHook : torch::autograd::FunctionPostHook {
-  ReadyHook(std::weak_ptr<GradientSynchronizer::Impl> owner, size_t index) : owner_(std::move(owner)), index_(index) {}
+  explicit ReadyHook(std::function<void()> on_ready) : on_ready_(std::move(on_ready)) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list& /*inputs*/) override {
-    if (auto owner = owner_.lock()) owner->on_ready(index_);
+    on_ready_();
     return outputs;
   }
-  std::weak_ptr<GradientSynchronizer::Impl> owner_;
-  size_t index_;
+  std::function<void()> on_ready_;
 };
 
 }  // namespace
@@ -192,7 +193,9 @@ GradientSynchronizer::GradientSynchronizer(std::shared_ptr<ProcessGroup> group, 
   for (size_t i = 0; i < n; ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(s.parameters[i]);
     REMAT_CHECK(accumulator != nullptr, "GradientSynchronizer: parameter ", i, " has no gradient accumulator.");
-    s.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(impl_, i)));
+    s.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>([owner = std::weak_ptr<Impl>(impl_), i] {
+      if (auto live = owner.lock()) live->on_ready(i);
+    })));
     s.accumulators.push_back(std::move(accumulator));
   }
   s.reset_step();

@@ -9,10 +9,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_fields.h"
+#include "planning/cost_numbers.h"
 #include "remat/base/error.h"
 #include "remat/internal/table.h"
 
 namespace remat {
+
+using detail::run_fields;
+using detail::stage_fields;
+using detail::table_fields;
 
 bool StageCost::has_option(const std::string& wanted) const {
   return std::any_of(options.begin(), options.end(), [&](const StageOptionCost& o) { return o.option == wanted; });
@@ -131,14 +136,37 @@ Simulated simulate_items(const std::vector<PlanItem>& items, int64_t t, bool in_
   return rest;
 }
 
-// The one list of a cost table's numbers: writing, reading (each checked as seconds or as bytes up
-// to 2^53) and the byte totals that bound a table all derive from it.
 template <typename Owner>
-struct NumberFields {
-  std::vector<std::pair<const char*, double Owner::*>> seconds;
-  std::vector<std::pair<const char*, int64_t Owner::*>> bytes;
-  std::vector<const char*> optional;  // read as 0 when absent (fields added after version 1)
-};
+void write_numbers(const Owner& from, const detail::NumberFields<Owner>& fields, nlohmann::json& to) {
+  for (const auto& [name, member] : fields.seconds) to[name] = from.*member;
+  for (const auto& [name, member] : fields.bytes) to[name] = from.*member;
+}
+
+// Reads the fields into `to`; returns their bytes' sum (in double: no overflow).
+template <typename Owner>
+double read_numbers(const detail::JsonFields& from, const detail::NumberFields<Owner>& fields, Owner& to) {
+  auto absent = [&](const char* name) {
+    const auto& optional = fields.optional;
+    return !from.has(name) && std::find(optional.begin(), optional.end(), std::string(name)) != optional.end();
+  };
+  for (const auto& [name, member] : fields.seconds) to.*member = absent(name) ? 0.0 : from.seconds(name);
+  double total = 0;
+  for (const auto& [name, member] : fields.bytes) {
+    to.*member = absent(name) ? 0 : from.bytes(name);
+    total += static_cast<double>(to.*member);
+  }
+  return total;
+}
+
+nlohmann::json run_cost_json(const StageRunCost& c) {
+  nlohmann::json j = nlohmann::json::object();
+  write_numbers(c, run_fields(), j);
+  return j;
+}
+
+}  // namespace
+
+namespace detail {
 
 const NumberFields<StageRunCost>& run_fields() {
   static const NumberFields<StageRunCost> fields{
@@ -163,35 +191,35 @@ const NumberFields<StageCost>& stage_fields() {
   return fields;
 }
 
-template <typename Owner>
-void write_numbers(const Owner& from, const NumberFields<Owner>& fields, nlohmann::json& to) {
-  for (const auto& [name, member] : fields.seconds) to[name] = from.*member;
-  for (const auto& [name, member] : fields.bytes) to[name] = from.*member;
+// Absent in tables written before each was measured: no charge, as then.
+const NumberFields<CostTable>& table_fields() {
+  static const NumberFields<CostTable> fields{
+      {{"segment_forward_seconds", &CostTable::segment_forward_seconds},
+       {"segment_backward_seconds", &CostTable::segment_backward_seconds},
+       {"segment_spread_seconds", &CostTable::segment_spread_seconds}},
+      {{"segment_bytes", &CostTable::segment_bytes}},
+      {"segment_forward_seconds", "segment_backward_seconds", "segment_spread_seconds", "segment_bytes"}};
+  return fields;
 }
 
-// Reads the fields into `to`; returns their bytes' sum (in double: no overflow).
-template <typename Owner>
-double read_numbers(const detail::JsonFields& from, const NumberFields<Owner>& fields, Owner& to) {
-  auto absent = [&](const char* name) {
-    const auto& optional = fields.optional;
-    return !from.has(name) && std::find(optional.begin(), optional.end(), std::string(name)) != optional.end();
-  };
-  for (const auto& [name, member] : fields.seconds) to.*member = absent(name) ? 0.0 : from.seconds(name);
-  double total = 0;
-  for (const auto& [name, member] : fields.bytes) {
-    to.*member = absent(name) ? 0 : from.bytes(name);
-    total += static_cast<double>(to.*member);
+std::string cost_shape_difference(const CostTable& a, const CostTable& b) {
+  if (a.granularity != b.granularity) return "granularity";
+  if (a.stages.size() != b.stages.size()) return "the number of stages";
+  for (size_t i = 0; i < a.stages.size(); ++i) {
+    const StageCost &s = a.stages[i], &t = b.stages[i];
+    const std::string where = "stages[" + std::to_string(i) + "]";
+    if (s.name != t.name || s.block != t.block) return where;
+    if (s.options.size() != t.options.size()) return where + ".options";
+    for (size_t k = 0; k < s.options.size(); ++k) {
+      if (s.options[k].option != t.options[k].option || s.options[k].graph_only.has_value() != t.options[k].graph_only.has_value()) {
+        return where + ".options[" + std::to_string(k) + "]";
+      }
+    }
   }
-  return total;
+  return "";
 }
 
-nlohmann::json run_cost_json(const StageRunCost& c) {
-  nlohmann::json j = nlohmann::json::object();
-  write_numbers(c, run_fields(), j);
-  return j;
-}
-
-}  // namespace
+}  // namespace detail
 
 Prediction simulate(const Plan& plan, const CostTable& costs) {
   REMAT_CHECK(plan.stage_names.size() == costs.stages.size(), "simulate: the plan has ", plan.stage_names.size(),
@@ -259,12 +287,10 @@ std::string CostTable::to_json() const {
     write_numbers(s, stage_fields(), stage_json);
     stages_json.push_back(stage_json);
   }
-  return nlohmann::json({{"format", "remat-costs"}, {"version", 1}, {"granularity", granularity}, {"source", source},
-                         {"segment_bytes", segment_bytes}, {"segment_forward_seconds", segment_forward_seconds},
-                         {"segment_backward_seconds", segment_backward_seconds},
-                         {"segment_spread_seconds", segment_spread_seconds}, {"threads", threads},
-                         {"stages", stages_json}})
-      .dump(2);
+  nlohmann::json table = {{"format", "remat-costs"}, {"version", 1},      {"granularity", granularity},
+                           {"source", source},      {"threads", threads}, {"stages", stages_json}};
+  write_numbers(*this, table_fields(), table);
+  return table.dump(2);
 }
 
 CostTable CostTable::from_json(const std::string& text, const std::string& source_name) {
@@ -276,14 +302,9 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   CostTable table;
   table.granularity = top.string("granularity");
   table.source = top.string_or("source", source_name);
-  table.segment_bytes = top.bytes_or("segment_bytes", 0);
-  // Absent in tables written before the fixed cost was measured: no charge, as then.
-  if (top.has("segment_forward_seconds")) table.segment_forward_seconds = top.seconds("segment_forward_seconds");
-  if (top.has("segment_backward_seconds")) table.segment_backward_seconds = top.seconds("segment_backward_seconds");
-  if (top.has("segment_spread_seconds")) table.segment_spread_seconds = top.seconds("segment_spread_seconds");
   table.threads = top.string_or("threads", "");
   // Each size is at most 2^53 bytes and so is their sum: no simulation of the table can overflow.
-  double total = static_cast<double>(table.segment_bytes);
+  double total = read_numbers(top, table_fields(), table);
   const nlohmann::json& stages = top.array("stages");
   for (size_t i = 0; i < stages.size(); ++i) {
     const detail::JsonFields f(stages[i], source_name + ": stages[" + std::to_string(i) + "]");
@@ -352,17 +373,13 @@ std::string CostTable::to_table() const {
 }
 
 Plan CostTable::plain_plan(CheckpointMode mode) const {
-  Plan plan;
-  plan.granularity = granularity;
-  plan.mode = mode;
-  for (size_t i = 0; i < stages.size(); ++i) {
-    REMAT_CHECK(!stages[i].options.empty(), "the cost table's stage '", stages[i].name, "' has no options.");
-    plan.stage_names.push_back(stages[i].name);
-    plan.options.push_back(stages[i].options.front().option);
-    plan.items.push_back(PlanItem::run(static_cast<int64_t>(i)));
+  std::vector<std::string> names, defaults;
+  for (const auto& stage : stages) {
+    REMAT_CHECK(!stage.options.empty(), "the cost table's stage '", stage.name, "' has no options.");
+    names.push_back(stage.name);
+    defaults.push_back(stage.options.front().option);
   }
-  plan.default_options = plan.options;
-  return plan;
+  return Plan::unchecked(granularity, std::move(names), std::move(defaults), mode);
 }
 
 void CostTable::validate_against(const Chain& chain) const {

@@ -59,7 +59,43 @@ using detail::round_up;
 using detail::to_units;
 using detail::UnitStage;
 
-size_t OptimalPlanner::index(int64_t s, int64_t t, int64_t m) const {
+// The table and its backtracking; OptimalPlanner is its public face.
+class OptimalPlanner::Table {
+ public:
+  Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least);
+  PlanResult plan(int64_t budget_bytes) const;
+  double least_seconds(int64_t budget_bytes) const;
+
+  double cost(int64_t s, int64_t t, int64_t m) const;
+  /// The dynamic program over every range and memory slot (docs/planner.md).
+  void fill_table(const std::vector<UnitStage>& stages, int64_t segment_units);
+  void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
+  void find_least_memory_plan();
+  void refine_least_feasible_budget();
+  size_t index(int64_t s, int64_t t, int64_t m) const;
+  /// Units a reentrant segment ending at t holds through the backward of its stages before
+  /// `first`: the parameter gradients of stages first..t (returned all at once when it ends) and
+  /// δ(t), its backward's argument. 0 at the top level (subproblems ending at n-1) and for
+  /// first > t; see docs/planner.md.
+  int64_t held_in_segment_units(int64_t first, int64_t t) const;
+
+  CostTable costs_;
+  PlannerOptions options_;
+  Plan plain_;  // names, granularity, default options and mode of every plan it returns
+  Prediction unchecked_;
+  int64_t n_ = 0, slots_ = 0, unit_ = 1, least_feasible_bytes_ = -1;
+  Plan least_memory_plan_;
+  double fill_seconds_ = 0;
+  int64_t max_segment_ = 0;
+  int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
+  std::vector<size_t> row_offset_;  // of stage s's ranges, in table rows
+  std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
+  std::vector<double> table_;   // least time, +inf when infeasible
+  std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
+  int32_t max_options_ = 1;
+};
+
+size_t OptimalPlanner::Table::index(int64_t s, int64_t t, int64_t m) const {
   // Row s holds the ranges s..s+L-1 that fit inside a segment, then s..n-1 (the top level's rest).
   const int64_t slot = t - s < max_segment_ ? t - s : max_segment_;
   return (row_offset_[s] + static_cast<size_t>(slot)) * static_cast<size_t>(slots_ + 1) + static_cast<size_t>(m);
@@ -112,22 +148,19 @@ int64_t longest_segment_within_bounds(int64_t n, int64_t slots, int64_t options)
 
 }  // namespace
 
-int64_t OptimalPlanner::held_in_segment_units(int64_t first, int64_t t) const {
+int64_t OptimalPlanner::Table::held_in_segment_units(int64_t first, int64_t t) const {
   // Non-reentrant segments add gradients to .grad as they come and free δ(t) once used.
   if (options_.mode() == CheckpointMode::non_reentrant || t >= n_ - 1 || first > t) return 0;
   return parameter_units_before_[t + 1] - parameter_units_before_[first] +
          round_up(costs_.stages[static_cast<size_t>(t)].output_bytes, unit_);
 }
 
-double OptimalPlanner::cost(int64_t s, int64_t t, int64_t m) const {
+double OptimalPlanner::Table::cost(int64_t s, int64_t t, int64_t m) const {
   if (m < 0) return kInfinity;
   return table_[index(s, t, std::min(m, slots_))];
 }
 
-OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes)
-    : OptimalPlanner(std::move(costs), options, max_budget_bytes, /*refine_least=*/true) {}
-
-OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
+OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
                                bool refine_least)
     : costs_(std::move(costs)), options_(options) {
   const auto start = std::chrono::steady_clock::now();
@@ -168,7 +201,7 @@ OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, i
   fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t segment_units) {
+void OptimalPlanner::Table::fill_table(const std::vector<UnitStage>& stages, int64_t segment_units) {
   // Loops run over the memory slots innermost: for a fixed choice the recurrence reads contiguous
   // rows of the table, which the compiler vectorises. Ties keep the earlier choice (options first,
   // then segment ends in increasing order), as a scalar loop would.
@@ -238,7 +271,7 @@ void OptimalPlanner::fill_table(const std::vector<UnitStage>& stages, int64_t se
 }
 
 // The first slot where the whole chain is feasible (the table is monotone in m), and its plan's peak.
-void OptimalPlanner::find_least_memory_plan() {
+void OptimalPlanner::Table::find_least_memory_plan() {
   for (int64_t m = 0; m <= slots_ && min_units_ < 0; ++m) {
     if (table_[index(0, n_ - 1, m)] < kInfinity) min_units_ = m;
   }
@@ -252,19 +285,19 @@ void OptimalPlanner::find_least_memory_plan() {
 // Where this table's unit is coarse against the least peak (a budget far above it, or a chain of
 // many small stages whose rounded-up sizes add up), tables spanning [0, 2·least] refine it until it
 // stops falling: every result then means the same, the least budget within 0.2%.
-void OptimalPlanner::refine_least_feasible_budget() {
+void OptimalPlanner::Table::refine_least_feasible_budget() {
   int64_t unit = unit_;
   const int64_t default_span = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
   if (least_feasible_bytes_ < 0 && unit_ * slots_ < default_span) {
     // A table for a budget below what any plan needs finds no plan at all: the least comes from a
     // table over the default range.
-    const OptimalPlanner wide(costs_, options_, 0, /*refine_least=*/false);
+    const Table wide(costs_, options_, 0, /*refine_least=*/false);
     least_feasible_bytes_ = wide.least_feasible_bytes_;
     least_memory_plan_ = wide.least_memory_plan_;
     unit = wide.unit_;
   }
   for (int round = 0; round < 6 && least_feasible_bytes_ > 0 && unit * 500 > least_feasible_bytes_; ++round) {
-    const OptimalPlanner finer(costs_, options_, 2 * least_feasible_bytes_, /*refine_least=*/false);
+    const Table finer(costs_, options_, 2 * least_feasible_bytes_, /*refine_least=*/false);
     if (finer.least_feasible_bytes_ <= 0 || finer.unit_ >= unit) break;
     const bool fell = finer.least_feasible_bytes_ < least_feasible_bytes_ - least_feasible_bytes_ / 100;
     if (finer.least_feasible_bytes_ < least_feasible_bytes_) {
@@ -276,7 +309,7 @@ void OptimalPlanner::refine_least_feasible_budget() {
   }
 }
 
-void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {
+void OptimalPlanner::Table::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {
   // Along the range in a loop; only a segment's inside recurses (depth: the nesting, at most
   // max_segment_ levels).
   const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
@@ -301,11 +334,11 @@ void OptimalPlanner::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem
   }
 }
 
-double OptimalPlanner::least_seconds(int64_t budget_bytes) const {
+double OptimalPlanner::Table::least_seconds(int64_t budget_bytes) const {
   return budget_bytes < 0 ? kInfinity : cost(0, n_ - 1, budget_bytes / unit_);
 }
 
-PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
+PlanResult OptimalPlanner::Table::plan(int64_t budget_bytes) const {
   const auto start = std::chrono::steady_clock::now();
   PlanResult result;
   result.planner = PlannerKind::optimal;
@@ -343,6 +376,17 @@ PlanResult OptimalPlanner::plan(int64_t budget_bytes) const {
   result.solve_seconds = fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
+
+OptimalPlanner::OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes)
+    : table_(std::make_shared<const Table>(std::move(costs), options, max_budget_bytes, /*refine_least=*/true)) {}
+PlanResult OptimalPlanner::plan(int64_t budget_bytes) const { return table_->plan(budget_bytes); }
+double OptimalPlanner::least_seconds(int64_t budget_bytes) const { return table_->least_seconds(budget_bytes); }
+int64_t OptimalPlanner::least_feasible_budget_bytes() const { return table_->least_feasible_bytes_; }
+const Plan& OptimalPlanner::least_memory_plan() const { return table_->least_memory_plan_; }
+const Prediction& OptimalPlanner::unchecked() const { return table_->unchecked_; }
+int64_t OptimalPlanner::unit_bytes() const { return table_->unit_; }
+int64_t OptimalPlanner::max_segment_stages() const { return table_->max_segment_; }
+double OptimalPlanner::fill_seconds() const { return table_->fill_seconds_; }
 
 std::string to_string(PlannerKind kind) {
   switch (kind) {

@@ -4,17 +4,13 @@
 #include <cmath>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "base/json_fields.h"
+#include "planning/cost_numbers.h"
 #include "remat/base/error.h"
 #include "remat/memory/memory.h"
 
 namespace remat {
 namespace {
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The value at `at` of the broken line through the points (x sorted ascending, distinct): linear
 // between the two profiled sizes around `at`, and outside them along the segment nearest to it.
@@ -28,97 +24,43 @@ double piecewise_linear(const std::vector<double>& x, const std::vector<double>&
   return y[i] + slope * (at - x[i]);
 }
 
-// The tables' JSON (CostTable::to_json, the one schema) walked in step: every "..._bytes" and
-// "..._seconds" number fitted across the batch sizes, everything else required equal. An explicit
-// stack: tables may hold thousands of stages.
-nlohmann::json interpolate_json(const std::vector<nlohmann::json>& tables, const std::vector<double>& batches,
-                                double batch) {
-  nlohmann::json result = tables.front();
-  struct Node {
-    nlohmann::json* out;
-    std::vector<const nlohmann::json*> in;
-    std::string where;
-  };
-  std::vector<Node> stack;
-  {
-    Node root{&result, {}, "the cost table"};
-    for (const auto& t : tables) root.in.push_back(&t);
-    stack.push_back(std::move(root));
+// Every number of the tables (of one shape) fitted across the batch sizes, everything else
+// required equal; the first table's source and threads are kept.
+CostTable interpolate_tables(const std::vector<const CostTable*>& tables, const std::vector<double>& batches,
+                             double batch) {
+  for (const CostTable* other : tables) {
+    const std::string difference = detail::cost_shape_difference(*tables.front(), *other);
+    REMAT_CHECK(difference.empty(), "interpolate_costs: the profiles differ at ", difference,
+                "; profile one chain at each batch size.");
   }
-  while (!stack.empty()) {
-    Node node = std::move(stack.back());
-    stack.pop_back();
-    const nlohmann::json& first = *node.in.front();
-    for (const nlohmann::json* other : node.in) {
-      REMAT_CHECK(other->type() == first.type() && other->size() == first.size(), "interpolate_costs: the profiles ",
-                  "differ in shape at ", node.where, "; profile one chain at each batch size.");
-    }
-    if (first.is_object()) {
-      for (auto it = node.out->begin(); it != node.out->end(); ++it) {
-        const std::string& key = it.key();
-        if (key == "source" || key == "threads") continue;  // where they came from, not what they cost
-        Node child{&it.value(), {}, node.where + "." + key};
-        for (const nlohmann::json* t : node.in) {
-          REMAT_CHECK(t->contains(key), "interpolate_costs: the profiles differ at ", child.where,
-                      "; profile one chain at each batch size.");
-          child.in.push_back(&(*t)[key]);
-        }
-        if (first[key].is_number() && (ends_with(key, "_bytes") || ends_with(key, "_seconds"))) {
-          std::vector<double> values;
-          for (const nlohmann::json* v : child.in) values.push_back(v->get<double>());
-          const double fitted = std::max(0.0, piecewise_linear(batches, values, batch));
-          if (ends_with(key, "_bytes")) {
-            *child.out = static_cast<int64_t>(std::ceil(fitted));
-          } else {
-            *child.out = fitted;
-          }
-          continue;
-        }
-        stack.push_back(std::move(child));
-      }
-    } else if (first.is_array()) {
-      for (size_t i = 0; i < first.size(); ++i) {
-        Node child{&(*node.out)[i], {}, node.where + "[" + std::to_string(i) + "]"};
-        for (const nlohmann::json* t : node.in) child.in.push_back(&(*t)[i]);
-        stack.push_back(std::move(child));
-      }
-    } else {
-      for (const nlohmann::json* other : node.in) {
-        REMAT_CHECK(*other == first, "interpolate_costs: the profiles differ at ", node.where, " (",
-                    first.dump(), " and ", other->dump(), "); profile one chain at each batch size.");
-      }
-    }
+  // values[k][t]: number k of table t, in the visitor's order.
+  std::vector<std::vector<double>> values;
+  for (const CostTable* table : tables) {
+    size_t k = 0;
+    auto collect = [&](auto number) {
+      if (k == values.size()) values.emplace_back();
+      values[k++].push_back(static_cast<double>(number));
+    };
+    detail::for_each_cost_number(*table, collect, collect);
   }
+  CostTable result = *tables.front();
+  size_t k = 0;
+  auto fitted = [&] { return std::max(0.0, piecewise_linear(batches, values[k++], batch)); };
+  detail::for_each_cost_number(
+      result, [&](double& seconds) { seconds = fitted(); },
+      [&](int64_t& bytes) {
+        const double at = std::ceil(fitted());
+        REMAT_CHECK(at <= static_cast<double>(detail::kMaxBytes), "interpolate_costs: a size extrapolated to batch ",
+                    batch, " passes 2^53 bytes; profile batch sizes nearer to it.");
+        bytes = static_cast<int64_t>(at);
+      });
+  for (auto& stage : result.stages) stage.measured_rounds = 0;  // fitted, not measured
   return result;
 }
 
-// Every "..._seconds" number of a cost table's JSON multiplied by `factor` (an explicit stack, as above).
-void scale_seconds(nlohmann::json& root, double factor) {
-  std::vector<nlohmann::json*> stack{&root};
-  while (!stack.empty()) {
-    nlohmann::json* node = stack.back();
-    stack.pop_back();
-    if (node->is_object()) {
-      for (auto it = node->begin(); it != node->end(); ++it) {
-        if (it.value().is_number() && ends_with(it.key(), "_seconds")) {
-          it.value() = it.value().get<double>() * factor;
-        } else if (it.value().is_structured()) {
-          stack.push_back(&it.value());
-        }
-      }
-    } else if (node->is_array()) {
-      for (auto& child : *node) stack.push_back(&child);
-    }
-  }
-}
-
-// The plan that checkpoints nothing, with `plan`'s names, granularity, mode and default options.
-Plan unchecked_like(const Plan& plan) {
-  Plan plain = plan;
-  plain.items.clear();
-  for (size_t i = 0; i < plan.stage_names.size(); ++i) plain.items.push_back(PlanItem::run(static_cast<int64_t>(i)));
-  if (!plain.default_options.empty()) plain.options = plain.default_options;
-  return plain;
+// Every time of `table` multiplied by `factor`.
+void scale_seconds(CostTable& table, double factor) {
+  detail::for_each_cost_number(table, [factor](double& seconds) { seconds *= factor; }, [](int64_t&) {});
 }
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -146,14 +88,14 @@ CostTable interpolate_costs(const std::vector<std::pair<int64_t, CostTable>>& pr
   }
   REMAT_CHECK(sorted.size() >= 2, "interpolate_costs: a table at batch ", batch, " needs profiles at two batch ",
               "sizes or more; there is one, at ", profiled.front().first, ".");
-  std::vector<nlohmann::json> tables;
-  for (const auto& entry : sorted) tables.push_back(nlohmann::json::parse(entry.second.to_json()));
-  nlohmann::json fitted = interpolate_json(tables, batches, static_cast<double>(batch));
+  std::vector<const CostTable*> tables;
+  for (const auto& entry : sorted) tables.push_back(&entry.second);
+  CostTable fitted = interpolate_tables(tables, batches, static_cast<double>(batch));
   std::string sizes;
   for (const auto& entry : sorted) sizes += (sizes.empty() ? "" : ", ") + std::to_string(entry.first);
-  fitted["source"] = "interpolated at batch " + std::to_string(batch) + " from profiles at " + sizes + " (" +
-                     sorted.front().second.source + ")";
-  return CostTable::from_json(fitted.dump(), "the interpolated cost table");
+  fitted.source = "interpolated at batch " + std::to_string(batch) + " from profiles at " + sizes + " (" +
+                  sorted.front().second.source + ")";
+  return fitted;
 }
 
 InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, CostTable>>& profiled) {
@@ -256,7 +198,7 @@ std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice,
     runs.push_back({c.micro_batch, c.planned.plan});
     if (c.unchecked_fits) {
       // The plan is often the unchecked one itself: then one run answers both.
-      Plan plain = unchecked_like(c.planned.plan);
+      Plan plain = c.planned.plan.without_checkpoints();
       const bool same = plain.to_string() == c.planned.plan.to_string();
       at.unchecked = same ? at.planned : runs.size();
       if (!same) runs.push_back({c.micro_batch, std::move(plain)});
@@ -316,11 +258,8 @@ void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch
     if (predicted <= 0) continue;
     const double scale = measured[i].step_seconds / predicted;
     profiled.time_scales[i] = scale;
-    nlohmann::json json = nlohmann::json::parse(table.to_json());
-    scale_seconds(json, scale);
-    const std::string source = table.source;
-    table = CostTable::from_json(json.dump(), "the aligned cost table");
-    table.source = source + ", times aligned across batch sizes";
+    scale_seconds(table, scale);
+    table.source += ", times aligned across batch sizes";
   }
 }
 

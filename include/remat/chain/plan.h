@@ -46,8 +46,14 @@ struct Plan {
   /// themselves, for any chain.
   CheckpointMode mode = CheckpointMode::reentrant;
 
-  /// Every stage run normally with its default option.
+  /// The plan that checkpoints nothing: every stage run normally with its default option. The one
+  /// builder of it; plain, CostTable::plain_plan and without_checkpoints call it.
+  static Plan unchecked(std::string granularity, std::vector<std::string> stage_names,
+                        std::vector<std::string> default_options, CheckpointMode mode = CheckpointMode::reentrant);
+  /// Every stage of `chain` run normally with its default option.
   static Plan plain(const Chain& chain);
+  /// This plan's stages, granularity, mode and default options, nothing checkpointed.
+  Plan without_checkpoints() const;
 
   /// The compact form (see the top of this header).
   std::string to_string() const;

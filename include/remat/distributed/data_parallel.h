@@ -88,14 +88,16 @@ class ProcessGroup {
    public:
     void wait();
     bool started() const { return impl_ != nullptr; }
+
+   private:
+    friend class ProcessGroup;
     struct Impl;
     std::shared_ptr<Impl> impl_;
   };
   Pending allreduce_sum_async(at::Tensor tensor);
 
-  struct Impl;
-
  private:
+  struct Impl;
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -149,9 +151,8 @@ class GradientSynchronizer {
   int64_t bucket_bytes_allocated() const;
   int buckets() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::shared_ptr<Impl> impl_;
 };
 

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,6 @@
 #include "remat/planning/cost_model.h"
 
 namespace remat {
-namespace detail {
-struct UnitStage;  // a stage's costs in the table's memory units (planner.cpp)
-}  // namespace detail
-
 /// The memory grid every planner uses unless told otherwise.
 constexpr int64_t kDefaultMemorySlots = 1000;
 
@@ -141,7 +138,7 @@ std::vector<std::string> generic_policy_candidates();
 std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies);
 
 /// The optimal planner's table, for callers asking many budgets of one chain (plan_optimal builds
-/// one per call, spanning [0, budget]).
+/// one per call, spanning [0, budget]). Copies share the (immutable) table.
 class OptimalPlanner {
  public:
   /// Budgets up to `max_budget_bytes` (default: twice the unchecked plan's predicted peak) are answered.
@@ -151,46 +148,20 @@ class OptimalPlanner {
   /// The table's least predicted time for a budget (+inf when infeasible), without backtracking.
   double least_seconds(int64_t budget_bytes) const;
   /// PlanResult::least_feasible_budget_bytes (refined below this table's grid where it is coarse).
-  int64_t least_feasible_budget_bytes() const { return least_feasible_bytes_; }
+  int64_t least_feasible_budget_bytes() const;
   /// The plan of least predicted peak this table holds (empty when the chain never fits).
-  const Plan& least_memory_plan() const { return least_memory_plan_; }
-  const Prediction& unchecked() const { return unchecked_; }
-  int64_t unit_bytes() const { return unit_; }
+  const Plan& least_memory_plan() const;
+  const Prediction& unchecked() const;
+  int64_t unit_bytes() const;
   /// The most stages a checkpointed segment spans: the chain's length unless the table for it would
   /// pass the planner's bounds (a GiB, a few seconds), then the longest that stays within them; the
   /// plan is then optimal among plans whose segments are no longer.
-  int64_t max_segment_stages() const { return max_segment_; }
-  double fill_seconds() const { return fill_seconds_; }
+  int64_t max_segment_stages() const;
+  double fill_seconds() const;
 
  private:
-  OptimalPlanner(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least);
-  double cost(int64_t s, int64_t t, int64_t m) const;
-  /// The dynamic program over every range and memory slot (docs/planner.md).
-  void fill_table(const std::vector<detail::UnitStage>& stages, int64_t segment_units);
-  void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
-  void find_least_memory_plan();
-  void refine_least_feasible_budget();
-  size_t index(int64_t s, int64_t t, int64_t m) const;
-  /// Units a reentrant segment ending at t holds through the backward of its stages before
-  /// `first`: the parameter gradients of stages first..t (returned all at once when it ends) and
-  /// δ(t), its backward's argument. 0 at the top level (subproblems ending at n-1) and for
-  /// first > t; see docs/planner.md.
-  int64_t held_in_segment_units(int64_t first, int64_t t) const;
-
-  CostTable costs_;
-  PlannerOptions options_;
-  Plan plain_;  // names, granularity, default options and mode of every plan it returns
-  Prediction unchecked_;
-  int64_t n_ = 0, slots_ = 0, unit_ = 1, least_feasible_bytes_ = -1;
-  Plan least_memory_plan_;
-  double fill_seconds_ = 0;
-  int64_t max_segment_ = 0;
-  int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
-  std::vector<size_t> row_offset_;  // of stage s's ranges, in table rows
-  std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
-  std::vector<double> table_;   // least time, +inf when infeasible
-  std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
-  int32_t max_options_ = 1;
+  class Table;  // the dynamic program's table (planner.cpp)
+  std::shared_ptr<const Table> table_;
 };
 
 }  // namespace remat
