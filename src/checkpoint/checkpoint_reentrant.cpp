@@ -162,6 +162,109 @@ variable_list detach_like(const variable_list& tensors, const std::vector<bool>&
   return out;
 }
 
+// What a checkpoint node saved, unpacked: the inputs (undefined ones put back), the parameters
+// the function used and the RNG states of its forward.
+struct SavedForBackward {
+  variable_list inputs, parameters, rng_tensors;
+  size_t count = 0;  // tensors saved besides the RNG states: the node's differentiable inputs
+};
+
+SavedForBackward unpack_saved(AutogradContext* ctx, const CheckpointState& state) {
+  // Throws LibTorch's "backward through the graph a second time" error once the saved tensors
+  // were released by a backward without retain_graph.
+  variable_list saved = ctx->get_saved_variables();
+  SavedForBackward out;
+  out.rng_tensors.assign(saved.end() - static_cast<std::ptrdiff_t>(state.num_rng_tensors), saved.end());
+  saved.resize(saved.size() - state.num_rng_tensors);
+  out.count = saved.size();
+  // The node's inputs are the defined inputs, then the parameters; put undefined ones back.
+  out.inputs.resize(state.num_inputs);
+  size_t next_saved = 0;
+  for (size_t i = 0; i < state.num_inputs; ++i) {
+    if (state.input_defined[i]) out.inputs[i] = saved[next_saved++];
+  }
+  out.parameters.assign(saved.begin() + static_cast<std::ptrdiff_t>(next_saved), saved.end());
+  return out;
+}
+
+// The function run again as its forward ran: the same RNG states and autocast, grad mode on.
+variable_list recompute(CheckpointState& state, const variable_list& inputs, const variable_list& rng_tensors,
+                        bool create_graph) {
+  c10::optional<detail::ForkedRngScope> rng;
+  if (state.options.preserve_rng_state()) rng.emplace(state.rng.with_tensors(rng_tensors));
+  detail::AutocastScope autocast(state.autocast);
+  c10::AutoGradMode grad_enabled(true);
+  StepPhaseScope phase(StepPhase::recompute);
+  // Without create_graph the outputs only root the engine's run (released before it): the function
+  // may skip computing values no backward reads, unless its calls are replayed.
+  detail::RecomputingGraphOnlyScope graph_only(!create_graph && !state.log);
+  detail::CheckpointForwardScope not_a_forward(false);
+  c10::optional<detail::OperatorLog::Replaying> replaying;
+  if (state.log) replaying.emplace(*state.log, inputs);
+  variable_list outputs = state.fn(inputs);
+  if (replaying) replaying->check_complete();
+  return outputs;
+}
+
+// The recompute must return what the forward returned: the same count, shapes, dtypes, devices.
+void check_recomputed_outputs(const CheckpointState& state, const variable_list& outputs) {
+  const std::string& name = state.options.name();
+  REMAT_CHECK(outputs.size() == state.output_meta.size(), describe_input_use(name), "the recompute returned ",
+              outputs.size(), " tensors but the forward returned ", state.output_meta.size(),
+              ". The function must be deterministic in what it returns.");
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const OutputMeta now = OutputMeta::of(outputs[i]);
+    const OutputMeta& then = state.output_meta[i];
+    REMAT_CHECK(now.defined == then.defined && now.sizes == then.sizes && now.dtype == then.dtype &&
+                    now.device == then.device,
+                describe_input_use(name), "output ", i, " of the recompute is ", describe(now),
+                " but the forward's was ", describe(then),
+                ". The function must compute the same shapes, dtypes and devices when re-run.");
+  }
+}
+
+// The gradients of the node's inputs from the recomputed graph: one per saved tensor, plus one for
+// forward()'s state argument. Differentiates with respect to every input and parameter that
+// requires grad; the engine running this backward then delivers them once along the node's edges.
+variable_list differentiate(variable_list outputs, const variable_list& grad_outputs,
+                            const variable_list& recompute_inputs, const variable_list& parameters,
+                            size_t saved_count, bool create_graph) {
+  // grad_outputs has one entry per defined output: undefined outputs never enter the graph.
+  variable_list roots, root_grads;
+  for (size_t i = 0, g = 0; i < outputs.size(); ++i) {
+    if (!outputs[i].defined()) continue;
+    const at::Tensor& grad = grad_outputs[g++];
+    if (outputs[i].requires_grad() && grad.defined()) {
+      roots.push_back(outputs[i]);
+      root_grads.push_back(grad);
+    }
+  }
+  variable_list wrt;
+  std::vector<size_t> wrt_position;  // index among the node's inputs
+  size_t position = 0;
+  for (const auto& input : recompute_inputs) {
+    if (!input.defined()) continue;
+    if (input.requires_grad()) {
+      wrt.push_back(input);
+      wrt_position.push_back(position);
+    }
+    ++position;
+  }
+  for (const auto& parameter : parameters) {
+    if (parameter.requires_grad()) {
+      wrt.push_back(parameter);
+      wrt_position.push_back(position);
+    }
+    ++position;
+  }
+  variable_list grads(saved_count + 1);
+  if (roots.empty() || wrt.empty()) return grads;
+  outputs.clear();  // the roots are the only references left to the recomputed outputs
+  variable_list computed = grad_releasing_roots(std::move(roots), wrt, root_grads, create_graph);
+  for (size_t k = 0; k < computed.size(); ++k) grads[wrt_position[k]] = std::move(computed[k]);
+  return grads;
+}
+
 struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
   static variable_list forward(AutogradContext* ctx, at::TensorList inputs_and_parameters,
                                const c10::intrusive_ptr<CheckpointState>& state) {
@@ -178,99 +281,24 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     return std::move(state->forward_outputs);
   }
 
+  // Unpack, recompute, check, differentiate.
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    auto state = c10::static_intrusive_pointer_cast<CheckpointState>(
-        ctx->saved_data["state"].toCapsule());
-    const std::string& name = state->options.name();
+    auto state = c10::static_intrusive_pointer_cast<CheckpointState>(ctx->saved_data["state"].toCapsule());
     // Before LibTorch's own check of the saved inputs: this message names the checkpoint.
-    state->versions.check(name);
-    // Throws LibTorch's "backward through the graph a second time" error once the saved tensors
-    // were released by a backward without retain_graph.
-    variable_list saved = ctx->get_saved_variables();
-    const variable_list rng_tensors(saved.end() - static_cast<std::ptrdiff_t>(state->num_rng_tensors), saved.end());
-    saved.resize(saved.size() - state->num_rng_tensors);
-    // The node's inputs are the defined inputs, then the parameters; put undefined ones back.
-    variable_list inputs(state->num_inputs);
-    size_t next_saved = 0;
-    for (size_t i = 0; i < state->num_inputs; ++i) {
-      if (state->input_defined[i]) inputs[i] = saved[next_saved++];
-    }
-    const variable_list parameters(saved.begin() + next_saved, saved.end());
-
+    state->versions.check(state->options.name());
+    SavedForBackward saved = unpack_saved(ctx, *state);
     // Under create_graph (double backward) the gradients' graph must reach the real inputs, so the
     // recompute runs on them; otherwise on detached copies, which keeps the recompute's graph apart.
     const bool create_graph = c10::GradMode::is_enabled();
-    variable_list recompute_inputs = create_graph ? inputs : detach_like(inputs, state->input_requires_grad);
+    const variable_list recompute_inputs =
+        create_graph ? saved.inputs : detach_like(saved.inputs, state->input_requires_grad);
     // Undone only after the recomputed graph's backward, which may read them (BatchNorm's saves the
     // running statistics).
     detail::RestoreTensorsScope restore(state->options.restore_after_recompute());
-    variable_list outputs;
-    {
-      c10::optional<detail::ForkedRngScope> rng;
-      if (state->options.preserve_rng_state()) rng.emplace(state->rng.with_tensors(rng_tensors));
-      detail::AutocastScope autocast(state->autocast);
-      c10::AutoGradMode grad_enabled(true);
-      StepPhaseScope phase(StepPhase::recompute);
-      // Without create_graph the outputs only root the engine's run (released before it):
-      // the function may skip computing values no backward reads, unless its calls are replayed.
-      detail::RecomputingGraphOnlyScope graph_only(!create_graph && !state->log);
-      detail::CheckpointForwardScope not_a_forward(false);
-      c10::optional<detail::OperatorLog::Replaying> replaying;
-      if (state->log) replaying.emplace(*state->log, recompute_inputs);
-      outputs = state->fn(recompute_inputs);
-      if (replaying) replaying->check_complete();
-    }
-
-    REMAT_CHECK(outputs.size() == state->output_meta.size(), describe_input_use(name),
-                "the recompute returned ", outputs.size(), " tensors but the forward returned ",
-                state->output_meta.size(),
-                ". The function must be deterministic in what it returns.");
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const OutputMeta now = OutputMeta::of(outputs[i]);
-      const OutputMeta& then = state->output_meta[i];
-      REMAT_CHECK(now.defined == then.defined && now.sizes == then.sizes &&
-                      now.dtype == then.dtype && now.device == then.device,
-                  describe_input_use(name), "output ", i, " of the recompute is ", describe(now),
-                  " but the forward's was ", describe(then),
-                  ". The function must compute the same shapes, dtypes and devices when re-run.");
-    }
-
-    // grad_outputs has one entry per defined output: undefined outputs never enter the graph.
-    variable_list roots, root_grads;
-    for (size_t i = 0, g = 0; i < outputs.size(); ++i) {
-      if (!outputs[i].defined()) continue;
-      const at::Tensor& grad = grad_outputs[g++];
-      if (outputs[i].requires_grad() && grad.defined()) {
-        roots.push_back(outputs[i]);
-        root_grads.push_back(grad);
-      }
-    }
-    // Differentiate with respect to every input and parameter that requires grad; the engine
-    // running this backward then delivers these gradients exactly once along the node's edges.
-    variable_list wrt;
-    std::vector<size_t> wrt_position;  // index among the node's inputs
-    size_t position = 0;
-    for (const auto& input : recompute_inputs) {
-      if (!input.defined()) continue;
-      if (input.requires_grad()) {
-        wrt.push_back(input);
-        wrt_position.push_back(position);
-      }
-      ++position;
-    }
-    for (const auto& parameter : parameters) {
-      if (parameter.requires_grad()) {
-        wrt.push_back(parameter);
-        wrt_position.push_back(position);
-      }
-      ++position;
-    }
-    variable_list grads(saved.size() + 1);  // the last for the state argument of forward()
-    if (roots.empty() || wrt.empty()) return grads;
-    outputs.clear();  // the roots are the only references left to the recomputed outputs
-    variable_list computed = grad_releasing_roots(std::move(roots), wrt, root_grads, create_graph);
-    for (size_t k = 0; k < computed.size(); ++k) grads[wrt_position[k]] = std::move(computed[k]);
-    return grads;
+    variable_list outputs = recompute(*state, recompute_inputs, saved.rng_tensors, create_graph);
+    check_recomputed_outputs(*state, outputs);
+    return differentiate(std::move(outputs), grad_outputs, recompute_inputs, saved.parameters, saved.count,
+                         create_graph);
   }
 };
 

@@ -113,139 +113,138 @@ void pool_twin_stage_times(const Chain& chain, CostTable& table) {
   }
 }
 
+// One measured region: the device synchronised and its peak reset before, then timed.
+struct Region {
+  double seconds = 0;
+  int64_t before_bytes = 0;  // held when it began
+  MemoryStats after;         // held and peak when it ended
+  int64_t held() const { return after.current_bytes - before_bytes; }
+  int64_t transient() const { return after.peak_bytes - after.current_bytes; }
+  int64_t peak_above_start() const { return after.peak_bytes - before_bytes; }
+};
+
+template <class Body>
+Region measure_region(c10::Device device, Body&& body) {
+  detail::synchronize_if_cuda(device);
+  Region region;
+  region.before_bytes = memory_stats(device).current_bytes;
+  reset_peak_memory(device);
+  const auto start = Clock::now();
+  body();
+  region.seconds = seconds_since(start, device);
+  region.after = memory_stats(device);
+  return region;
+}
+
 // Stage `i`'s forward as a checkpointed segment runs it (recorded, saved tensors dropped): its
 // seconds and the bytes it needs beyond its output.
 std::pair<double, int64_t> segment_forward(Chain& chain, int64_t i, const at::Tensor& x, c10::Device device) {
-  detail::synchronize_if_cuda(device);
-  const int64_t before = memory_stats(device).current_bytes;
-  reset_peak_memory(device);
-  const auto start = Clock::now();
   at::Tensor y;
-  {
+  const Region region = measure_region(device, [&] {
     detail::DropSavedTensorsScope drop_saved;
     y = chain.forward_stage(i, x, chain.stages()[i].options.front());
-  }
-  const double seconds = seconds_since(start, device);
-  return {seconds, memory_stats(device).peak_bytes - before - storage_bytes(y)};
+  });
+  return {region.seconds, region.peak_above_start() - storage_bytes(y)};
 }
 
-// Times and sizes stage `i` on its real input `activation`, option by option, plainly, graph-only
-// (as a segment's last stage) and as a checkpointed segment's forward, into `cost`.
-void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const ProfileOptions& options,
-                   c10::Device device, StageCost& cost) {
-  const StageInfo& info = chain.stages()[i];
-  const std::vector<std::string> names = options.selective_option() ? chain.accepted_options(i) : info.options;
-  // Options and the segment-style forward are measured in interleaved rounds, so that machine
-  // drift (two shared cores) moves them alike rather than favouring whichever ran last.
-  std::vector<double> nograd_times;
+// What the rounds of measure_stage collect, per option: the plain run [0] and the graph-only run
+// [1] (as the last stage of a recompute), each run's bytes the largest seen.
+struct StageSamples {
+  explicit StageSamples(size_t options) : runs(options), forward(options), backward(options) {}
+  std::vector<std::array<StageRunCost, 2>> runs;
+  std::vector<std::array<std::vector<double>, 2>> forward, backward;
+  std::vector<double> nograd;
   int64_t nograd_extra = 0;
-  // Per option, the plain run [0] and the graph-only run [1] (as the last stage of a recompute).
-  std::vector<std::array<StageRunCost, 2>> runs(names.size());
-  std::vector<std::array<std::vector<double>, 2>> forward_times(names.size()), backward_times(names.size());
-  cost.options.resize(names.size());
-  for (size_t o = 0; o < names.size(); ++o) cost.options[o].option = names[o];
-  const bool generic_stop = options.mode() == CheckpointMode::non_reentrant;
-  std::vector<size_t> saved_counts(names.size(), 0);
-  if (generic_stop) {
-    for (size_t o = 0; o < names.size(); ++o) {
-      saved_counts[o] = saved_tensor_count(chain, i, stage_input(activation, i == 0), names[o]);
+  std::vector<double> totals;  // per round: options[0]'s plain forward + backward
+};
+
+// One sample of a graph-only run under the generic early stop: the stage's forward until its last
+// saved tensor (`saved` of them); its backward is the plain run's.
+void sample_early_stop(Chain& chain, int64_t i, const at::Tensor& x, const std::string& option, size_t saved,
+                       c10::Device device, bool keep, StageSamples& samples, size_t o) {
+  std::vector<at::Tensor> kept;  // held past the region: what the recompute hands to the backward
+  const Region region = measure_region(device, [&] {
+    if (saved == 0) return;
+    detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved); });
+    try {
+      chain.run_stage(i, x, option);
+    } catch (const StopAtLastSaved&) {
     }
+  });
+  if (!keep) return;
+  StageRunCost& rc = samples.runs[o][1];
+  samples.forward[o][1].push_back(saved > 0 ? region.seconds : 0.0);
+  samples.backward[o][1].push_back(samples.backward[o][0].back());
+  rc.kept_bytes = std::max(rc.kept_bytes, region.held());
+  rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, region.transient());
+  rc.backward_extra_bytes = samples.runs[o][0].backward_extra_bytes;
+}
+
+// One sample of a recording forward and its backward, plainly or graph-only.
+void sample_recorded_run(Chain& chain, int64_t i, const at::Tensor& x, const std::string& option, bool graph_only,
+                         c10::Device device, bool keep, StageSamples& samples, size_t o, StageCost& cost) {
+  at::Tensor y;
+  const Region forward = measure_region(device, [&] { y = chain.run_stage(i, x, option, graph_only); });
+  REMAT_CHECK(y.requires_grad(), "profile: stage '", chain.stages()[i].name, "' produced an output that does not ",
+              "require grad (no parameters and no floating-point input reach it); merge it into a neighbouring stage.");
+  // Backward from δ(i) as a step's backward has it: made by the next stage's backward and owned by
+  // the engine, which frees it as soon as this stage's first operation has used it. A product with
+  // one stands in for the next stage: its backward makes δ(i) from a broadcast scalar, which holds
+  // no memory. Transients are then measured above δ(i).
+  const at::Tensor root = at::mul(y, 1.0);
+  const at::Tensor seed = at::ones({}, y.options()).expand(y.sizes());
+  const Region backward = measure_region(device, [&] { torch::autograd::backward({root}, {seed}); });
+  const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
+  const int64_t output_grad = y.numel() * static_cast<int64_t>(y.element_size());  // δ(i)
+  if (!keep) return;
+  const int kind = graph_only ? 1 : 0;
+  StageRunCost& rc = samples.runs[o][kind];
+  samples.forward[o][kind].push_back(forward.seconds);
+  samples.backward[o][kind].push_back(backward.seconds);
+  rc.kept_bytes = std::max(rc.kept_bytes, forward.held());
+  rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, forward.transient());
+  rc.backward_extra_bytes =
+      std::max(rc.backward_extra_bytes, backward.peak_above_start() - input_grad - output_grad);
+  if (!graph_only) {
+    cost.output_bytes = storage_bytes(y);
+    cost.input_grad_bytes = input_grad;
+    if (o == 0) samples.totals.push_back(forward.seconds + backward.seconds);
   }
-  // Rounds go on past `repeats` while the default option's forward + backward scatters more than
-  // the tolerance allows, up to max_repeats or stage_seconds of extra rounds (ProfileOptions).
-  std::vector<double> totals;  // per measured round: options[0]'s plain forward + backward
-  const int most = std::max(options.repeats(), options.max_repeats());
-  Clock::time_point extra_since{}, round_start = Clock::now();
-  double round_seconds = 0;  // the last round's
-  for (int r = -options.warmup();; ++r) {
+}
+
+// Rounds go on past `repeats` while the default option's forward + backward scatters more than the
+// tolerance allows, up to max_repeats or stage_seconds of extra rounds (ProfileOptions).
+class RoundLimit {
+ public:
+  explicit RoundLimit(const ProfileOptions& options) : options_(options) {}
+  // Whether round `r` (negative: warm-up) should not run, given the totals so far.
+  bool stop_before(int r, const std::vector<double>& totals) {
     const auto now = Clock::now();
-    round_seconds = std::chrono::duration<double>(now - round_start).count();
-    round_start = now;
-    if (r == options.repeats()) extra_since = now;
-    if (r >= options.repeats()) {
-      // One value has no spread: a stage is pinned down by two runs at least.
-      const bool pinned = totals.size() >= 2 && median_spread(totals) <= options.tolerance() * median(totals);
-      // Another round would pass the limit: stop before it, not after.
-      const bool out_of_time =
-          std::chrono::duration<double>(now - extra_since).count() + round_seconds > options.stage_seconds();
-      if (pinned || r >= most || out_of_time) break;
-    }
-    for (size_t o = 0; o < names.size(); ++o) {
-      for (int graph_only = 0; graph_only < 2; ++graph_only) {
-        StageRunCost& rc = runs[o][graph_only];
-        at::Tensor x = stage_input(activation, i == 0);
-        if (graph_only && generic_stop) {
-          // The stage's forward until its last saved tensor; its backward is the plain one's.
-          detail::synchronize_if_cuda(device);
-          const int64_t before = memory_stats(device).current_bytes;
-          reset_peak_memory(device);
-          const auto start = Clock::now();
-          std::vector<at::Tensor> kept;
-          if (saved_counts[o] > 0) {
-            detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved_counts[o]); });
-            try {
-              chain.run_stage(i, x, names[o]);
-            } catch (const StopAtLastSaved&) {
-            }
-          }
-          const double forward_seconds = saved_counts[o] > 0 ? seconds_since(start, device) : 0.0;
-          const auto after = memory_stats(device);
-          if (r < 0) continue;
-          forward_times[o][1].push_back(forward_seconds);
-          backward_times[o][1].push_back(backward_times[o][0].back());
-          rc.kept_bytes = std::max(rc.kept_bytes, after.current_bytes - before);
-          rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after.peak_bytes - after.current_bytes);
-          rc.backward_extra_bytes = runs[o][0].backward_extra_bytes;
-          continue;
-        }
-        // Recording forward.
-        detail::synchronize_if_cuda(device);
-        const int64_t before = memory_stats(device).current_bytes;
-        reset_peak_memory(device);
-        auto start = Clock::now();
-        at::Tensor y = chain.run_stage(i, x, names[o], graph_only != 0);
-        const double forward_seconds = seconds_since(start, device);
-        const auto after_forward = memory_stats(device);
-        REMAT_CHECK(y.requires_grad(), "profile: stage '", info.name, "' produced an output that does not require ",
-                    "grad (no parameters and no floating-point input reach it); merge it into a neighbouring stage.");
-        // Backward from δ(i) as a step's backward has it: made by the next stage's backward and
-        // owned by the engine, which frees it as soon as this stage's first operation has used
-        // it. A product with one stands in for the next stage: its backward makes δ(i) from a
-        // broadcast scalar, which holds no memory. Transients are then measured above δ(i).
-        const at::Tensor root = at::mul(y, 1.0);
-        const at::Tensor seed = at::ones({}, y.options()).expand(y.sizes());
-        const int64_t before_backward = memory_stats(device).current_bytes;
-        reset_peak_memory(device);
-        start = Clock::now();
-        torch::autograd::backward({root}, {seed});
-        const double backward_seconds = seconds_since(start, device);
-        const auto after_backward = memory_stats(device);
-        const int64_t input_grad = x.requires_grad() ? storage_bytes(x) : 0;
-        const int64_t output_grad = y.numel() * static_cast<int64_t>(y.element_size());  // δ(i)
-        if (r < 0) continue;
-        forward_times[o][graph_only].push_back(forward_seconds);
-        backward_times[o][graph_only].push_back(backward_seconds);
-        rc.kept_bytes = std::max(rc.kept_bytes, after_forward.current_bytes - before);
-        rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, after_forward.peak_bytes - after_forward.current_bytes);
-        rc.backward_extra_bytes =
-            std::max(rc.backward_extra_bytes, after_backward.peak_bytes - before_backward - input_grad - output_grad);
-        if (!graph_only) {
-          cost.output_bytes = storage_bytes(y);
-          cost.input_grad_bytes = input_grad;
-          if (o == 0) totals.push_back(forward_seconds + backward_seconds);
-        }
-      }
-    }
-    const auto [seconds, extra_bytes] = segment_forward(chain, i, stage_input(activation, i == 0), device);
-    if (r < 0) continue;
-    nograd_times.push_back(seconds);
-    nograd_extra = std::max<int64_t>(nograd_extra, extra_bytes);
+    const double round_seconds = std::chrono::duration<double>(now - round_start_).count();
+    round_start_ = now;
+    if (r == options_.repeats()) extra_since_ = now;
+    if (r < options_.repeats()) return false;
+    // One value has no spread: a stage is pinned down by two runs at least.
+    const bool pinned = totals.size() >= 2 && median_spread(totals) <= options_.tolerance() * median(totals);
+    // Another round would pass the limit: stop before it, not after.
+    const bool out_of_time =
+        std::chrono::duration<double>(now - extra_since_).count() + round_seconds > options_.stage_seconds();
+    return pinned || r >= std::max(options_.repeats(), options_.max_repeats()) || out_of_time;
   }
-  for (size_t o = 0; o < names.size(); ++o) {
+
+ private:
+  const ProfileOptions& options_;
+  Clock::time_point extra_since_{}, round_start_ = Clock::now();
+};
+
+// The samples' medians and largest bytes into `cost`.
+void summarise_samples(StageSamples& samples, bool generic_stop, StageCost& cost) {
+  auto& runs = samples.runs;
+  for (size_t o = 0; o < runs.size(); ++o) {
     for (int graph_only = 0; graph_only < 2; ++graph_only) {
       StageRunCost& rc = runs[o][graph_only];
-      rc.forward_seconds = median(forward_times[o][graph_only]);
-      rc.backward_seconds = median(backward_times[o][graph_only]);
+      rc.forward_seconds = median(samples.forward[o][graph_only]);
+      rc.backward_seconds = median(samples.backward[o][graph_only]);
       rc.forward_extra_bytes = std::max<int64_t>(rc.forward_extra_bytes, 0);
       rc.backward_extra_bytes = std::max<int64_t>(rc.backward_extra_bytes, 0);
     }
@@ -260,10 +259,48 @@ void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const 
     static_cast<StageRunCost&>(cost.options[o]) = runs[o][0];
     cost.options[o].graph_only = runs[o][1];
   }
-  cost.nograd_seconds = median(nograd_times);
-  cost.nograd_extra_bytes = std::max<int64_t>(nograd_extra, 0);
-  cost.spread_seconds = median_spread(totals);
-  cost.measured_rounds = static_cast<int>(totals.size());
+  cost.nograd_seconds = median(samples.nograd);
+  cost.nograd_extra_bytes = std::max<int64_t>(samples.nograd_extra, 0);
+  cost.spread_seconds = median_spread(samples.totals);
+  cost.measured_rounds = static_cast<int>(samples.totals.size());
+}
+
+// Times and sizes stage `i` on its real input `activation`, option by option, plainly, graph-only
+// (as a segment's last stage) and as a checkpointed segment's forward, into `cost`. Options and the
+// segment-style forward are measured in interleaved rounds, so that machine drift (two shared
+// cores) moves them alike rather than favouring whichever ran last.
+void measure_stage(Chain& chain, int64_t i, const at::Tensor& activation, const ProfileOptions& options,
+                   c10::Device device, StageCost& cost) {
+  const std::vector<std::string> names =
+      options.selective_option() ? chain.accepted_options(i) : chain.stages()[i].options;
+  cost.options.resize(names.size());
+  for (size_t o = 0; o < names.size(); ++o) cost.options[o].option = names[o];
+  const bool generic_stop = options.mode() == CheckpointMode::non_reentrant;
+  std::vector<size_t> saved_counts(names.size(), 0);
+  if (generic_stop) {
+    for (size_t o = 0; o < names.size(); ++o) {
+      saved_counts[o] = saved_tensor_count(chain, i, stage_input(activation, i == 0), names[o]);
+    }
+  }
+  StageSamples samples(names.size());
+  RoundLimit limit(options);
+  for (int r = -options.warmup(); !limit.stop_before(r, samples.totals); ++r) {
+    const bool keep = r >= 0;
+    for (size_t o = 0; o < names.size(); ++o) {
+      sample_recorded_run(chain, i, stage_input(activation, i == 0), names[o], false, device, keep, samples, o, cost);
+      const at::Tensor x = stage_input(activation, i == 0);
+      if (generic_stop) {
+        sample_early_stop(chain, i, x, names[o], saved_counts[o], device, keep, samples, o);
+      } else {
+        sample_recorded_run(chain, i, x, names[o], true, device, keep, samples, o, cost);
+      }
+    }
+    const auto [seconds, extra_bytes] = segment_forward(chain, i, stage_input(activation, i == 0), device);
+    if (!keep) continue;
+    samples.nograd.push_back(seconds);
+    samples.nograd_extra = std::max<int64_t>(samples.nograd_extra, extra_bytes);
+  }
+  summarise_samples(samples, generic_stop, cost);
 }
 
 // One step's forward and backward through `plan`, item by item: each top-level item's forward
