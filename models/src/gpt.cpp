@@ -302,6 +302,12 @@ Plan to_half_granularity(const Plan& plan) {
   return half;
 }
 
+GptChain& GptChains::of(const std::string& granularity) {
+  REMAT_CHECK(granularity == "block" || granularity == "half", "a GPT plan's granularity is \"block\" or \"half\", not '",
+              granularity, "'.");
+  return granularity == "half" ? half : block;
+}
+
 GptChain::GptChain(Gpt model, const std::string& granularity)
     : model_(std::move(model)),
       granularity_(granularity),

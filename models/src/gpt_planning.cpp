@@ -90,8 +90,9 @@ MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets) {
 }
 
 std::vector<std::string> gpt_policy_names() {
-  std::vector<std::string> names = {"block", "every:2", "every:4", "segments:2", "segments:4", "sqrt",
-                                    "ffn",   "attn",    "ffn+attn",   "sac"};
+  // The generic list, then the GPT's own: half-block segments and what a block keeps inside.
+  std::vector<std::string> names = generic_policy_names();
+  for (const char* half : {"ffn", "attn", "ffn+attn"}) names.emplace_back(half);
   for (const auto& o : keep_options()) {
     if (o.keep != Keep::full) names.emplace_back(o.name);  // the option policies
   }
@@ -106,6 +107,31 @@ std::vector<PlanResult> gpt_compare_planners(const GptCosts& costs, const Budget
       costs.half, budget, gpt_policy_candidates(),
       [layers](const std::string& policy) { return gpt_policy_plan(policy, layers); },
       [&costs](const Plan& plan) { return costs.predict(plan); }, options);
+}
+
+std::vector<PlanMeasurement> gpt_measure_plans(Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
+                                               const at::Tensor& targets, int steps, const MeasureProgress& progress) {
+  GptChains chains(std::move(model));
+  chains.set_targets(targets);
+  return measure_plans([&](const Plan& plan) -> Chain& { return chains.of(plan); }, plans, tokens, steps, progress);
+}
+
+std::vector<PlanMeasurement> gpt_measure_micro_batches(Gpt model, const std::vector<MicroBatchRun>& runs,
+                                                       const at::Tensor& tokens, const at::Tensor& targets, int steps,
+                                                       const MeasureProgress& progress) {
+  GptChains chains(std::move(model));
+  std::vector<PlanRun> on_chains;
+  for (const auto& run : runs) {
+    REMAT_CHECK(run.micro_batch >= 1 && run.micro_batch <= tokens.size(0), "gpt_measure_micro_batches: micro-batch ",
+                run.micro_batch, " is not between 1 and the batch given, ", tokens.size(0), ".");
+    GptChain* chain = &chains.of(run.plan);
+    // A GptChain holds its batch's targets: each step sets those of its micro-batch.
+    at::Tensor micro_targets = targets.narrow(0, 0, run.micro_batch);
+    chain->set_targets(micro_targets);
+    on_chains.push_back({chain, run.plan, tokens.narrow(0, 0, run.micro_batch),
+                         [chain, micro_targets] { chain->set_targets(micro_targets); }});
+  }
+  return measure_runs(on_chains, steps, progress);
 }
 
 }  // namespace remat::models

@@ -80,6 +80,21 @@ std::vector<PolicyDescription> policy_descriptions() { return descriptions(); }
 
 void check_policy(const std::string& policy) { parse(policy); }
 
+std::vector<std::string> generic_policy_names() {
+  return {"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt", "sac"};
+}
+
+std::vector<std::string> generic_policy_candidates() { return with_and_without_skip_ends(generic_policy_names()); }
+
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies) {
+  std::vector<std::string> out;
+  for (const auto& policy : policies) {
+    out.push_back(policy);
+    out.push_back(policy + ",skip-ends");
+  }
+  return out;
+}
+
 std::string split_skip_ends(const std::string& policy, bool& skip_ends) {
   const std::string modifier = ",skip-ends";
   skip_ends = policy.size() > modifier.size() &&

@@ -606,19 +606,6 @@ PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const 
   return best;
 }
 
-std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies) {
-  std::vector<std::string> out;
-  for (const auto& policy : policies) {
-    out.push_back(policy);
-    out.push_back(policy + ",skip-ends");
-  }
-  return out;
-}
-
-std::vector<std::string> generic_policy_candidates() {
-  return with_and_without_skip_ends({"block", "every:2", "every:3", "every:4", "segments:2", "segments:4", "sqrt", "sac"});
-}
-
 std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& budget,
                                          const std::vector<std::string>& policies,
                                          const std::function<Plan(const std::string&)>& build,

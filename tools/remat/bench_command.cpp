@@ -100,7 +100,7 @@ BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Stra
     (void)rounds;
   };
   measured.plans =
-      train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.steps, report_round);
+      models::gpt_measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.steps, report_round);
   return measured;
 }
 

@@ -146,6 +146,15 @@ CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::
   return command.add_option("--measure-steps", steps, help)->capture_default_str()->check(CLI::Range(1, 1000))->group("Measurement");
 }
 
+void add_profile_options(CLI::App& command, std::string& profile_file, int& repeats, int64_t& slots) {
+  command.add_option("--profile", profile_file, "Plan from this profile (`remat profile --save-profile`) instead of profiling")
+      ->group("Planning");
+  command.add_option("--repeats", repeats, "Profiling runs per stage (the median is kept)")
+      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+  command.add_option("--slots", slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
+      ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
+}
+
 CLI::Option* add_json_flag(CLI::App& command, bool& json) {
   return command.add_flag("--json", json, "Write one JSON document on stdout; progress and human output go to stderr")
       ->group("Output");

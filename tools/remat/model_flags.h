@@ -56,6 +56,10 @@ CLI::Validator whole_number_from(long long least, unsigned long long most = 9223
 
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help);
 
+/// --profile (a saved profile to plan from), --repeats (profiling runs per stage) and --slots (the
+/// planner's memory grid), in the "Planning" group: registered here once for every command.
+void add_profile_options(CLI::App& command, std::string& profile_file, int& repeats, int64_t& slots);
+
 /// `--json`: stdout holds exactly one JSON document; everything else goes to stderr.
 CLI::Option* add_json_flag(CLI::App& command, bool& json);
 

@@ -218,7 +218,7 @@ void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetResult>
   const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers(), "block"));
   const MeasuredComparison c = compare_measured(unchecked, optimal, policies, [&](const std::vector<Plan>& plans) {
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
-    return train::measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
+    return models::gpt_measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
   });
   print_budget_measurements(c, results, none_seconds, json_results, out);
   print_manual_measurements(c, out);
@@ -379,7 +379,7 @@ void run_throughput_plan(PlanFlags& flags) {
     if (flags.measure) {
       out << "measuring the frontier at budget " << text << ", " << flags.measure_steps << " interleaved steps per plan...\n";
       row.measured = measure_frontier(row.choice, [&](const std::vector<MicroBatchRun>& runs) {
-        return train::measure_micro_batches(sample.model, runs, sample.tokens, sample.targets, flags.measure_steps);
+        return models::gpt_measure_micro_batches(sample.model, runs, sample.tokens, sample.targets, flags.measure_steps);
       });
     }
     results.push_back(print_throughput_row(row, sequence, out));
@@ -409,14 +409,9 @@ void add_plan_command(CLI::App& app) {
   flags->model.add_to(*plan, ModelUse::run, "Text file to take the profiled batch from, instead of the fortunes corpus");
   plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Planning");
   add_budget_option(*plan, flags->budgets, "Plan for each of these activation budgets");
-  plan->add_option("--profile", flags->profile_file, "Plan from this profile (`remat profile --save-profile`) instead of profiling")
-      ->group("Planning");
-  plan->add_option("--repeats", flags->repeats, "Profiling runs per stage (the median is kept)")
-      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+  add_profile_options(*plan, flags->profile_file, flags->repeats, flags->slots);
   add_checkpoint_mode_option(*plan, flags->model.options.checkpoint_mode,
                              "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)");
-  plan->add_option("--slots", flags->slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
-      ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
   plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")
       ->group("Measurement");
   add_measure_steps_option(*plan, flags->measure_steps, "Measured interleaved steps per plan for --measure");

@@ -145,12 +145,7 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
   add_budget_option(command, flags.budgets, budget_help, /*empty_means_none=*/true)->capture_default_str();
   add_checkpoint_mode_option(command, flags.checkpoint_modes,
                              "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant");
-  command.add_option("--profile", flags.profile_file,
-                     "Plan from this profile (`remat profile --save-profile`) instead of profiling")->group("Planning");
-  command.add_option("--repeats", flags.repeats, "Profiling runs per stage (the median is kept)")
-      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
-  command.add_option("--slots", flags.slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
-      ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
+  add_profile_options(command, flags.profile_file, flags.repeats, flags.slots);
   command.add_option("--out", flags.out_dir, "Folder for the files written (created if missing)")->capture_default_str()->group("Output");
   command.add_flag("--no-plots", flags.no_plots, "Write data only; do not run gnuplot")->group("Output");
   add_json_flag(command, flags.json);

@@ -52,9 +52,8 @@ void export_model_and_batch(const SampleModel& sample, const std::string& path) 
 class StepServer {
  public:
   explicit StepServer(const SampleModel& sample)
-      : sample_(sample), block_chain_(sample.model, "block"), half_chain_(sample.model, "half") {
-    block_chain_.set_targets(sample.targets);
-    half_chain_.set_targets(sample.targets);
+      : sample_(sample), chains_(sample.model) {
+    chains_.set_targets(sample.targets);
   }
 
   nlohmann::json answer(const nlohmann::json& request) {
@@ -91,7 +90,7 @@ class StepServer {
  private:
   // The request's plan on the chain of its granularity, chosen as every subcommand chooses one.
   std::pair<models::GptChain*, Plan> chosen(const PlanRequest& request) {
-    models::GptChain& chain = models::gpt_request_granularity(request) == "half" ? half_chain_ : block_chain_;
+    models::GptChain& chain = chains_.of(models::gpt_request_granularity(request));
     Plan plan = models::gpt_choose_plan(request, chain.model()->config().layers()).plan;
     plan.bind_to(chain);
     return {&chain, std::move(plan)};
@@ -110,7 +109,7 @@ class StepServer {
   }
 
   SampleModel sample_;
-  models::GptChain block_chain_, half_chain_;
+  models::GptChains chains_;
 };
 
 void run_worker(WorkerFlags& flags) {

@@ -317,34 +317,6 @@ void Trainer::save(const std::string& dir) const {
   if (dir == options_.save_dir) saved_step_ = step_;
 }
 
-std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
-                                           const at::Tensor& targets, int steps, const MeasureProgress& progress) {
-  models::GptChain block_chain(model, "block"), half_chain(model, "half");
-  block_chain.set_targets(targets);
-  half_chain.set_targets(targets);
-  return remat::measure_plans(
-      [&](const Plan& plan) -> Chain& { return plan.granularity == "half" ? half_chain : block_chain; }, plans, tokens,
-      steps, progress);
-}
-
-std::vector<PlanMeasurement> measure_micro_batches(models::Gpt model, const std::vector<MicroBatchRun>& runs,
-                                                   const at::Tensor& tokens, const at::Tensor& targets, int steps,
-                                                   const MeasureProgress& progress) {
-  models::GptChain block_chain(model, "block"), half_chain(model, "half");
-  std::vector<PlanRun> on_chains;
-  for (const auto& run : runs) {
-    REMAT_CHECK(run.micro_batch >= 1 && run.micro_batch <= tokens.size(0), "measure_micro_batches: micro-batch ",
-                run.micro_batch, " is not between 1 and the batch given, ", tokens.size(0), ".");
-    models::GptChain* chain = run.plan.granularity == "half" ? &half_chain : &block_chain;
-    // A GptChain holds its batch's targets: each step sets those of its micro-batch.
-    at::Tensor micro_targets = targets.narrow(0, 0, run.micro_batch);
-    chain->set_targets(micro_targets);
-    on_chains.push_back({chain, run.plan, tokens.narrow(0, 0, run.micro_batch),
-                         [chain, micro_targets] { chain->set_targets(micro_targets); }});
-  }
-  return remat::measure_runs(on_chains, steps, progress);
-}
-
 PlanVerification Trainer::verify() {
   BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);  // the run's batches unchanged
   auto [tokens, targets] = first.next();
@@ -356,7 +328,7 @@ CompareResult Trainer::compare(int steps) {
   auto [batch_tokens, batch_targets] = local_batch(sampler_->next());
   // One micro-batch: what the plan was made for and each forward holds.
   const at::Tensor tokens = batch_tokens.narrow(0, 0, micro_batch_), targets = batch_targets.narrow(0, 0, micro_batch_);
-  const auto measured = measure_plans(model_, {plan_, Plan::plain(*chain_)}, tokens, targets, steps);
+  const auto measured = models::gpt_measure_plans(model_, {plan_, Plan::plain(*chain_)}, tokens, targets, steps);
   optimizer_->zero_grad();
   CompareResult result;
   result.plan_activation_peak_bytes = measured[0].activation_peak_bytes;

@@ -35,6 +35,17 @@ void check_policy(const std::string& policy);
 /// malformed numbers and chains without blocks.
 Plan policy_plan(const std::string& policy, const Chain& chain);
 
+/// The generic policies the planners compare with (compare_planners, the measured choice), one
+/// list: block, every:2, every:3, every:4, segments:2, segments:4, sqrt, sac. A model with its own
+/// sub-block policies extends it.
+std::vector<std::string> generic_policy_names();
+
+/// generic_policy_names(), each with and without ",skip-ends".
+std::vector<std::string> generic_policy_candidates();
+
+/// Each policy, then the same with ",skip-ends".
+std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies);
+
 /// Splits ",skip-ends" off `policy`: returns the base and sets `skip_ends`.
 std::string split_skip_ends(const std::string& policy, bool& skip_ends);
 

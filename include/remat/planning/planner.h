@@ -126,16 +126,9 @@ std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& b
                                          const std::function<Prediction(const Plan&)>& predict,
                                          const PlannerOptions& options = {});
 
-/// compare_planners with the generic policies of policies.h for `chain`, costed by the simulator.
+/// compare_planners with generic_policy_candidates (policies.h) for `chain`, costed by the simulator.
 std::vector<PlanResult> compare_planners(const CostTable& costs, const Chain& chain, const Budget& budget,
                                          const PlannerOptions& options = {});
-
-/// The generic policies compare_planners tries on any chain: block, every:2, every:3, every:4,
-/// segments:2, segments:4, sqrt, each with and without ",skip-ends".
-std::vector<std::string> generic_policy_candidates();
-
-/// Each policy, then the same with ",skip-ends".
-std::vector<std::string> with_and_without_skip_ends(const std::vector<std::string>& policies);
 
 /// The optimal planner's table, for callers asking many budgets of one chain (plan_optimal builds
 /// one per call, spanning [0, budget]). Copies share the (immutable) table.

@@ -186,4 +186,18 @@ class GptChain : public Chain {
   at::Tensor targets_;
 };
 
+/// The GPT's two chains over one model, whole blocks and half-blocks: the one place that picks the
+/// chain a plan of either granularity runs on.
+struct GptChains {
+  explicit GptChains(Gpt model) : block(model, "block"), half(std::move(model), "half") {}
+  /// The chain of `granularity` ("block" or "half"); a clear error for any other.
+  GptChain& of(const std::string& granularity);
+  GptChain& of(const Plan& plan) { return of(plan.granularity); }
+  void set_targets(const at::Tensor& targets) {
+    block.set_targets(targets);
+    half.set_targets(targets);
+  }
+  GptChain block, half;
+};
+
 }  // namespace remat::models

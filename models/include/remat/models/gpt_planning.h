@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "remat/measure/plan_measurement.h"
 #include "remat/planning/plan_request.h"
 #include "remat/planning/planner.h"
 #include "remat/planning/throughput.h"
@@ -63,5 +64,17 @@ std::vector<std::string> gpt_policy_candidates();
 /// Those policies, Revolve and Chen at `budget`, all costed on the half-block table.
 std::vector<PlanResult> gpt_compare_planners(const GptCosts& costs, const Budget& budget,
                                              const PlannerOptions& options = {});
+
+/// remat::measure_plans for GPT plans of either granularity on one batch, interleaved; the model is
+/// not updated.
+std::vector<PlanMeasurement> gpt_measure_plans(Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
+                                               const at::Tensor& targets, int steps,
+                                               const MeasureProgress& progress = {});
+
+/// For measure_frontier: each run on the first `micro_batch` rows of `tokens` and `targets`, all
+/// interleaved; the model is not updated.
+std::vector<PlanMeasurement> gpt_measure_micro_batches(Gpt model, const std::vector<MicroBatchRun>& runs,
+                                                       const at::Tensor& tokens, const at::Tensor& targets, int steps,
+                                                       const MeasureProgress& progress = {});
 
 }  // namespace remat::models

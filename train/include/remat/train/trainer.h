@@ -73,17 +73,6 @@ struct StepRecord {
   double communication_seconds = 0;  ///< waiting for gradients from the other ranks after backward
 };
 
-/// remat::measure_plans for GPT plans of either granularity on one batch, interleaved; the model is
-/// not updated.
-std::vector<PlanMeasurement> measure_plans(models::Gpt model, const std::vector<Plan>& plans, const at::Tensor& tokens,
-                                           const at::Tensor& targets, int steps, const MeasureProgress& progress = {});
-
-/// For measure_frontier: each run on the first `micro_batch` rows of `tokens` and `targets`, all
-/// interleaved; the model is not updated.
-std::vector<PlanMeasurement> measure_micro_batches(models::Gpt model, const std::vector<MicroBatchRun>& runs,
-                                                   const at::Tensor& tokens, const at::Tensor& targets, int steps,
-                                                   const MeasureProgress& progress = {});
-
 struct CompareResult {
   int64_t plan_activation_peak_bytes = 0, none_activation_peak_bytes = 0;
   double plan_step_seconds = 0, none_step_seconds = 0;  ///< medians, interleaved steps
