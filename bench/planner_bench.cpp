@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   remat::models::GptConfig config;
   config.layers(argc > 1 ? std::stoi(argv[1]) : 47).hidden(1024).heads(16).sequence(1024);
   remat::models::EstimateOptions options;
-  options.granularity = "half";
+  options.granularity = remat::models::GptGranularity::half;
   options.dtype = "bf16";
   const auto costs = remat::models::estimate_gpt(config, options).costs;
   std::cout << "optimal planner on " << costs.stages.size() << " stages (GPT " << config.describe() << ", half blocks)\n";

@@ -41,7 +41,7 @@ void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tenso
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
             << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
             << "\n  " << planned.measured_choice.reason << "\n  timed under " << planned.timed_under
-            << ", overhead " << remat::percent(planned.predicted_overhead()) << "\n";
+            << ", overhead " << remat_examples::percent(planned.predicted_overhead()) << "\n";
   torch::optim::Adam adam(net->parameters(), 1e-4);
   for (int step = 1; step <= 3; ++step) {
     adam.zero_grad();

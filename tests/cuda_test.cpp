@@ -483,7 +483,7 @@ TEST(CudaGpt, PlansAreExactInBothModesWithPlainAndFusedStages_CUDA) {
   model->train();
   auto [tokens, targets] = remat::testing::random_batch(2, 32);
   tokens = tokens.to(kCuda);
-  remat::models::GptChain chain(model, "block");
+  remat::models::GptChain chain(model, remat::models::GptGranularity::block);
   chain.set_targets(targets.to(kCuda));
   for (const std::string option : {"full", "fused"}) {
     for (const CheckpointMode mode : kModes) {
@@ -510,7 +510,7 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
       torch::randint(0, preset.model.vocabulary(), {preset.batch, preset.model.sequence()}, torch::kLong).to(kCuda);
   const at::Tensor targets =
       torch::randint(0, preset.model.vocabulary(), {preset.batch, preset.model.sequence()}, torch::kLong).to(kCuda);
-  remat::models::GptChain chain(model, "block");
+  remat::models::GptChain chain(model, remat::models::GptGranularity::block);
   chain.set_targets(targets);
   struct Strategy {
     std::string name;
@@ -543,7 +543,7 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
 
   // The planner on the device: profiled there (synchronised times, the caching allocator's bytes),
   // planned for half the predicted unchecked peak, run, and compared with its own prediction.
-  remat::models::GptChain halves(model, "half");
+  remat::models::GptChain halves(model, remat::models::GptGranularity::half);
   halves.set_targets(targets);
   const remat::PlanResult planned = remat::plan_for_budget(halves, tokens, "50%");
   const std::vector<remat::PlanMeasurement> dp =

@@ -119,16 +119,15 @@ int run_gpt(int ranks, const std::string& out, const std::string& how, int64_t b
   o.steps = 5;
   o.threads = 1;
   std::string what = how;
-  if (what.rfind("non-reentrant:", 0) == 0) {
-    o.checkpoint_mode = remat::CheckpointMode::non_reentrant;
-    what = what.substr(14);
-  }
+  const bool non_reentrant = what.rfind("non-reentrant:", 0) == 0;
+  if (non_reentrant) what = what.substr(14);
   if (what.rfind("budget:", 0) == 0) {
-    o.budget = what.substr(7);
-    o.profile_repeats = 1;
+    o.plan = remat::PlanRequest::of_budget(remat::Budget::parse(what.substr(7)));
+    o.plan.profile().repeats(1);
   } else {
-    o.policy = what;
+    o.plan = remat::PlanRequest::of_policy(what);
   }
+  if (non_reentrant) o.plan.mode(remat::CheckpointMode::non_reentrant);
   if (ranks > 1) o.process_group = remat::distributed::ProcessGroup::join();
   remat::train::Trainer trainer(o);
   const int rank = o.process_group ? o.process_group->rank() : 0;

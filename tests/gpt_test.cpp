@@ -16,6 +16,7 @@
 using remat::models::Gpt;
 using remat::models::GptChain;
 using remat::models::GptConfig;
+using remat::models::GptGranularity;
 
 namespace {
 
@@ -32,7 +33,7 @@ struct NoDropoutBlockChain {
   }
   GptConfig c = no_dropout();
   Gpt model{c};
-  GptChain chain{model, "block"};
+  GptChain chain{model, GptGranularity::block};
   at::Tensor tokens, targets;
   NoDropoutBlockChain() {
     std::tie(tokens, targets) = batch(2, 16);
@@ -48,13 +49,32 @@ TEST(Gpt, ChainUnderThePlainPlanComputesTheModelsLoss) {
   auto [tokens, targets] = batch(2, 16);
   torch::manual_seed(1);
   const at::Tensor direct = model->forward(tokens, targets);
-  for (const std::string granularity : {"block", "half"}) {
+  for (const GptGranularity granularity : {GptGranularity::block, GptGranularity::half}) {
     GptChain chain(model, granularity);
     chain.set_targets(targets);
     torch::manual_seed(1);
     EXPECT_TRUE(remat::testing::bitwise_equal(direct, remat::run_plan(chain, remat::Plan::plain(chain), tokens)))
-        << granularity;
+        << to_string(granularity);
   }
+}
+
+TEST(Gpt, GranularityIsReadFromPlansWithOneClearError) {
+  using remat::models::gpt_granularity_of;
+  Gpt model(config());
+  remat::models::GptChains chains(model);
+  for (const GptGranularity granularity : {GptGranularity::block, GptGranularity::half}) {
+    const remat::Plan plan = remat::Plan::plain(GptChain(model, granularity));
+    EXPECT_EQ(plan.granularity, to_string(granularity));
+    EXPECT_EQ(gpt_granularity_of(plan), granularity);
+    EXPECT_EQ(&chains.of(plan), granularity == GptGranularity::half ? &chains.half : &chains.block);
+  }
+  remat::Plan other = remat::Plan::plain(chains.block);
+  other.granularity = "modules";
+  REMAT_EXPECT_ERROR(gpt_granularity_of(other), "granularity 'modules' is not one a GPT chain offers: 'block'");
+  REMAT_EXPECT_ERROR(chains.of(other), "'half' (attention and MLP halves)");
+  other.granularity = std::string(100, 'x');
+  REMAT_EXPECT_ERROR(remat::models::parse_gpt_granularity(other.granularity, "big.json"),
+                     "big.json: granularity '" + std::string(37, 'x') + "...' is not one");
 }
 
 TEST(Gpt, ConfigErrorsAreClear) {
@@ -150,7 +170,7 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
   torch::manual_seed(0);
   Gpt model(config());
   model->train();
-  for (const std::string granularity : {"block", "half"}) {
+  for (const GptGranularity granularity : {GptGranularity::block, GptGranularity::half}) {
     GptChain chain(model, granularity);
     for (int64_t index = 1; index + 1 < chain.size(); ++index) {
       for (const std::string& option : chain.stages()[index].options) {
@@ -176,7 +196,7 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
         }
         EXPECT_EQ(plain_bytes, 2 * 16 * config().hidden() * 4);
         const bool skips = !(remat::models::recomputes_matmul_inputs(remat::models::parse_keep(option)) &&
-                             remat::models::gpt_stage_kind(index, chain.size(), chain.granularity()) !=
+                             remat::models::gpt_stage_kind(index, chain.size(), chain.gpt_granularity()) !=
                                  remat::models::GptStage::attention);
         EXPECT_EQ(graph_only_bytes, skips ? 4 : plain_bytes) << "the output's storage";
       }
@@ -209,7 +229,7 @@ TEST(Gpt, FusedAttentionHalfKeepsNoTermQuadraticInTheSequence) {
   const GptConfig c = remat::testing::tiny_gpt(1, 64);
   Gpt model(c);
   model->train();
-  GptChain chain(model, "half");
+  GptChain chain(model, GptGranularity::half);
   auto kept = [&](int64_t T, const std::string& option) {
     const at::Tensor x = torch::randn({2, T, c.hidden()}).requires_grad_();
     const int64_t before = remat::memory_stats().current_bytes;
@@ -272,7 +292,7 @@ TEST(Gpt, FusedOptionsTrainLikePlainOnes) {
     torch::manual_seed(1);
     Gpt model(remat::testing::tiny_gpt(2, 32));
     model->train();
-    GptChain chain(model, "block");
+    GptChain chain(model, GptGranularity::block);
     const remat::Plan plan = remat::models::gpt_policy_plan(policy, chain);
     torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(3e-3));
     torch::manual_seed(2);

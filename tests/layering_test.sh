@@ -28,6 +28,13 @@ declare -A may_include=(
   [planning]="base memory internal checkpoint chain measure planning"
   [distributed]="base distributed"
 )
+# A room's private headers (src/<room>/*.h) are its own; other rooms use its public contract
+# (remat/<room>/*.h). The exceptions: base's (the LibTorch compatibility header, JSON fields,
+# tensor text: every room's footing), and the checkpoint mechanism's RNG and recompute state, on
+# which the chain's plan executor is built.
+declare -A may_include_private=(
+  [chain]="checkpoint"
+)
 room_of() {  # an include's room: remat/<room>/x.h (public) or <room>/x.h (private, under src/)
   local path=${1#remat/}
   [[ $path == */* ]] && echo "${path%%/*}"
@@ -46,12 +53,29 @@ for dir in "$root"/include/remat/*/ "$root"/src/*/; do
     fi
     case " ${may_include[$room]} " in
       *" $target "*) ;;
-      *) echo "$file: room $room may not include room $target: $include"; status=1 ;;
+      *) echo "$file: room $room may not include room $target: $include"; status=1; continue ;;
     esac
+    if [[ $include != *'"remat/'* && $target != "$room" && $target != base ]]; then
+      case " ${may_include_private[$room]:-} " in
+        *" $target "*) ;;
+        *) echo "$file: room $room reaches into room $target's private header: $include"; status=1 ;;
+      esac
+    fi
   done < <(grep -rnE '^#include "' "$dir")
 done
 # Every public header lives in a room: nothing but the one include at the top.
 stray=$(find "$root/include/remat" -maxdepth 1 -name '*.h' ! -name remat.h)
 [ -n "$stray" ] && { echo "public headers outside any room:"; echo "$stray"; status=1; }
+# The examples are written as users write them: only installed headers (include/remat/), never
+# the project's own helpers (remat/internal/, src/internal/) nor a room's private headers.
+for file in $(grep -rlE '^#include "' "$root/examples"); do
+  while IFS= read -r include; do
+    header=$(sed -E 's/^#include "([^"]+)".*/\1/' <<<"$include")
+    [[ $header == support/* ]] && continue  # the examples' own shared code
+    if [ ! -f "$root/include/$header" ]; then
+      echo "$file: $include is not an installed header"; status=1
+    fi
+  done < <(grep -E '^#include "' "$file")
+done
 [ $status -eq 0 ] && echo "layering ok"
 exit $status

@@ -341,6 +341,35 @@ TEST(Plan, RunPlanRefusesAPlanOfAnotherChainOfTheSameLength) {
   EXPECT_EQ(joined(mine.log), "s0 s1 s2 s0 s1*");
 }
 
+// The observed run is run_plan with calls around each top-level item: the same stages, output and
+// gradients, the observer told of every item in order with that item's output.
+TEST(Plan, AnObservedRunIsRunPlanWithEachTopLevelItemReported) {
+  RecordingChain plain(4), observed(4);
+  for (size_t i = 0; i < observed.weights.size(); ++i) observed.weights[i] = plain.weights[i].detach().clone().requires_grad_(true);
+  Plan plan = Plan::plain(plain);
+  plan.items = {remat::PlanItem::run(0), remat::PlanItem::checkpointed({remat::PlanItem::run(1), remat::PlanItem::run(2)}),
+                remat::PlanItem::run(3)};
+  const at::Tensor x = torch::randn({4});
+  const at::Tensor expected = remat::run_plan(plain, plan, x);
+  std::vector<std::string> events;
+  remat::PlanItemObserver observer;
+  observer.before = [&](size_t k) { events.push_back("before " + std::to_string(k)); };
+  observer.after = [&](size_t k, const at::Tensor& out) {
+    events.push_back("after " + std::to_string(k) + (out.requires_grad() ? " grad" : ""));
+  };
+  const at::Tensor got = remat::run_plan_observed(observed, plan, x, observer);
+  EXPECT_TRUE(remat::testing::bitwise_equal(expected, got));
+  EXPECT_EQ(joined(events), "before 0 after 0 grad before 1 after 1 grad before 2 after 2 grad");
+  expected.sum().backward();
+  got.sum().backward();
+  for (size_t i = 0; i < plain.weights.size(); ++i) {
+    EXPECT_TRUE(remat::testing::bitwise_equal(plain.weights[i].grad(), observed.weights[i].grad())) << i;
+  }
+  EXPECT_EQ(joined(observed.log), joined(plain.log));
+  RecordingChain other(4, "t");
+  REMAT_EXPECT_ERROR(remat::run_plan_observed(other, plan, x, observer), "(t0 t1 t2 t3)");
+}
+
 TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
   torch::manual_seed(0);
   RecordingChain chain(7);

@@ -500,6 +500,7 @@ TEST(PlanningApi, CostTablesKeepTheirBlocks) {
 TEST(PlanRequest, ChoosesAPolicyAPlanOrTheOptimalPlanForABudget) {
   const CostTable costs = chain_with_blocks(6, 1, 4);
   int costs_asked = 0;
+  remat::ProfileOptions profiled_with;
   remat::PlanSources sources;
   sources.policy = [&costs](const std::string& policy) {
     REMAT_CHECK(policy == "all", "unknown policy '", policy, "'");
@@ -507,7 +508,8 @@ TEST(PlanRequest, ChoosesAPolicyAPlanOrTheOptimalPlanForABudget) {
     p.items = {PlanItem::checkpointed(p.items)};
     return p;
   };
-  sources.costs = [&] {
+  sources.costs = [&](const remat::ProfileOptions& options) {
+    profiled_with = options;
     ++costs_asked;
     return costs;
   };
@@ -523,9 +525,15 @@ TEST(PlanRequest, ChoosesAPolicyAPlanOrTheOptimalPlanForABudget) {
   EXPECT_EQ(given.plan.to_json(), policy.plan.to_json());
   EXPECT_EQ(given.source, "mine.json");
 
-  const remat::PlanRequest budget = remat::PlanRequest::of_budget("70%").mode(non_reentrant).memory_slots(500);
+  remat::PlanRequest budget = remat::PlanRequest::of_budget("70%").mode(non_reentrant);
+  budget.planner().memory_slots(500);
+  budget.profile().repeats(2);
   const remat::ChosenPlan planned = remat::choose_plan(budget, sources);
   EXPECT_EQ(costs_asked, 1);
+  // The request's profile reaches the model's profiler, in the plan's mode and with "sac".
+  EXPECT_EQ(profiled_with.repeats(), 2);
+  EXPECT_EQ(profiled_with.mode(), non_reentrant);
+  EXPECT_TRUE(profiled_with.selective_option());
   ASSERT_TRUE(planned.planned.has_value());
   EXPECT_EQ(planned.plan.to_json(), planned.planned->plan.to_json());
   EXPECT_EQ(planned.plan.mode, non_reentrant);

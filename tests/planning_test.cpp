@@ -27,6 +27,7 @@ using remat::Plan;
 using remat::models::Gpt;
 using remat::models::GptChain;
 using remat::models::GptConfig;
+using remat::models::GptGranularity;
 
 namespace {
 
@@ -38,7 +39,7 @@ struct Profiled {
   CostTable costs;
 };
 
-Profiled profile_small(const std::string& granularity = "half") {
+Profiled profile_small(GptGranularity granularity = GptGranularity::half) {
   Profiled p;
   torch::manual_seed(0);
   p.model = Gpt(small());
@@ -83,7 +84,7 @@ TEST(Profiler, MeasuresSizesThatMatchTheModel) {
 
 TEST(Profiler, PredictionsMatchMeasuredBytesAndPlansFitTheirBudget) {
   Profiled p = profile_small();
-  GptChain chain(p.model, "half");
+  GptChain chain(p.model, GptGranularity::half);
   chain.set_targets(p.targets);
   auto measure = [&](const Plan& plan) {
     return remat::measure_step([&] { return remat::run_plan(chain, plan, p.tokens); }).activation_peak_bytes();
@@ -109,7 +110,7 @@ TEST(Profiler, PredictionsMatchMeasuredBytesAndPlansFitTheirBudget) {
 // cores during one layer's runs no longer makes it look cheaper or dearer than its twins.
 TEST(Profiler, TwinGptLayersShareOneTime) {
   Profiled p = profile_small();
-  GptChain chain(p.model, "half");
+  GptChain chain(p.model, GptGranularity::half);
   EXPECT_EQ(chain.stage_signature(1), chain.stage_signature(7)) << "attn0 and attn3";
   EXPECT_NE(chain.stage_signature(1), chain.stage_signature(2)) << "attention and MLP halves";
   EXPECT_TRUE(chain.stage_signature(0).empty());
@@ -136,7 +137,7 @@ TEST(Estimator, AgreesWithThePublishedFigureOnA13BConfig) {
 
 TEST(Estimator, AgreesWithTheProfilerOnASmallModel) {
   // LibTorch 1.13's CPU dropout keeps its noise in fp32 (mask bytes = element bytes).
-  const Profiled p = profile_small("block");
+  const Profiled p = profile_small(GptGranularity::block);
   remat::models::EstimateOptions o;
   o.batch = 4;
   o.dropout_mask_bytes = 0;
@@ -159,7 +160,7 @@ TEST(Planners, EveryPlannersPlanTrainsLikeNone) {
     remat::train::TrainOptions o = base;
     if (plan) {
       std::ofstream(plan_file) << plan->to_json();
-      o.plan_file = plan_file;
+      o.plan = remat::PlanRequest::of_plan_file(plan_file);
     }
     remat::train::Trainer trainer(o);
     std::vector<double> losses;
@@ -171,9 +172,9 @@ TEST(Planners, EveryPlannersPlanTrainsLikeNone) {
   const auto none = run(std::nullopt);
   remat::models::EstimateOptions eo;
   eo.batch = 4;
-  eo.granularity = "half";
+  eo.granularity = GptGranularity::half;
   const CostTable costs = remat::models::estimate_gpt(small(), eo).costs;
-  const Plan plain = Plan::plain(remat::models::GptChainShape(4, "half"));
+  const Plan plain = Plan::plain(remat::models::GptChainShape(4, GptGranularity::half));
   const remat::OptimalPlanner optimal(costs, remat::PlannerOptions().memory_slots(500));
   const int64_t unchecked = remat::simulate(plain, costs).peak_bytes;
   std::vector<std::pair<std::string, Plan>> plans;

@@ -11,6 +11,7 @@
 #include "remat/measure/plan_measurement.h"
 #include "remat/planning/profiler.h"
 #include "remat/planning/planned.h"
+#include "remat/chain/chain_state.h"
 #include "remat/chain/policies.h"
 #include "remat/chain/sequential_chain.h"
 #include "remat/internal/statistics.h"
@@ -159,9 +160,42 @@ TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
   torch::manual_seed(5);
   const at::Tensor expected_draw = torch::rand({3});
   torch::manual_seed(5);
-  remat::plan_for_budget(chain, x, "75%", remat::BudgetPlanOptions().repeats(1));
+  remat::plan_for_budget(chain, x, "75%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
   EXPECT_TRUE(bitwise_equal(torch::rand({3}), expected_draw)) << "the RNG stream moved";
   remat::testing::expect_same_grads(grads, remat::testing::parameter_grads(*net));
+  for (size_t i = 0; i < buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(net->buffers()[i], buffers[i])) << i;
+}
+
+// The guard alone: whatever a measurement does to gradients, buffers and the RNG is undone, the
+// gradients in place (an optimiser holding them sees the same tensors).
+TEST(ChainStateGuard, PutsBackGradientsBuffersAndTheRngStream) {
+  nn::Sequential net = convnet();
+  const at::Tensor x = torch::randn({4, 3, 16, 16});
+  const at::Tensor y = torch::randint(0, 10, {4}, torch::kLong);
+  remat::SequentialChain chain(net, [&y](const at::Tensor& out) { return F::cross_entropy(out, y); });
+  const auto parameters = remat::chain_parameters(chain);
+  ASSERT_EQ(parameters.size(), net->parameters().size());
+  EXPECT_EQ(parameters.front().name, "0.weight");
+  EXPECT_EQ(remat::chain_buffers(chain).size(), net->buffers().size());
+  F::cross_entropy(net->forward(x), y).backward();
+  const auto grads = remat::testing::parameter_grads(*net);
+  const at::Tensor grad_tensor = net->parameters().front().grad();
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : net->buffers()) buffers.push_back(b.clone());
+  torch::manual_seed(9);
+  const at::Tensor expected_draw = torch::rand({3});
+  torch::manual_seed(9);
+  {
+    remat::ChainStateGuard untouched(chain, x);
+    remat::run_plan(chain, remat::policy_plan("block", chain), x).backward();
+    torch::rand({100});
+    untouched.restore_rng();
+    EXPECT_TRUE(bitwise_equal(torch::rand({3}), expected_draw)) << "restore_rng puts the stream back at once";
+    net->parameters().back().mutable_grad() = at::Tensor();  // a gradient dropped inside
+  }
+  EXPECT_TRUE(bitwise_equal(torch::rand({3}), expected_draw)) << "the RNG stream moved";
+  remat::testing::expect_same_grads(grads, remat::testing::parameter_grads(*net));
+  EXPECT_TRUE(net->parameters().front().grad().is_same(grad_tensor)) << "restored in place";
   for (size_t i = 0; i < buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(net->buffers()[i], buffers[i])) << i;
 }
 
@@ -285,7 +319,7 @@ TEST(VerifyPlan, ReportsPerParameterDifferencesAndCatchesANondeterministicStage)
 
 TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
   nn::Sequential plain = convnet();
-  remat::Planned planned(convnet(), "75%", remat::PlannedOptions().planning(remat::BudgetPlanOptions().repeats(1)));
+  remat::Planned planned(convnet(), "75%", remat::PlannedOptions().planning(remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
   std::vector<std::string> plain_names, planned_names;
   for (const auto& p : plain->named_parameters()) plain_names.push_back(p.key());
   for (const auto& p : planned->named_parameters()) planned_names.push_back(p.key());
@@ -322,7 +356,7 @@ TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
   planned->eval();
   EXPECT_EQ(planned->forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 10})) << "eval runs plainly";
   remat::Planned replanning(convnet(), "75%",
-                            remat::PlannedOptions().replan_on_new_shape(true).planning(remat::BudgetPlanOptions().repeats(1)));
+                            remat::PlannedOptions().replan_on_new_shape(true).planning(remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
   replanning->forward(x);
   const int64_t first_budget = replanning->budget_plan().unchecked.peak_bytes;
   replanning->forward(torch::randn({16, 3, 16, 16}));
@@ -348,7 +382,7 @@ TEST(SequentialChain, WhatCannotWorkIsAClearError) {
   // A budget below what any plan needs names the least feasible one.
   remat::SequentialChain reduced(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
   REMAT_EXPECT_ERROR(remat::plan_for_budget(reduced, torch::randn({4, 32}), remat::Budget::bytes(1000),
-                                           remat::BudgetPlanOptions().repeats(1)),
+                                           remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))),
                      "no plan fits a budget of 1000 bytes (0.0 MiB): the smallest feasible budget is ");
   REMAT_EXPECT_ERROR(remat::Budget("12parsecs"), "has an unknown unit 'parsecs'");
   REMAT_EXPECT_ERROR(remat::SequentialChain(net, nullptr, remat::SequentialChainOptions().group_sizes({2, 2})),

@@ -34,7 +34,7 @@ TrainOptions small_run(const std::string& policy = "none") {
   o.batch = 2;
   o.lr = 3e-3;
   o.warmup_steps = 5;
-  o.policy = policy;
+  o.plan = remat::PlanRequest::of_policy(policy);
   o.seed = 7;
   return o;
 }
@@ -90,7 +90,7 @@ TEST(Train, EveryPolicyTrainsExactlyLikeNoneInBothCheckpointModes) {
                                      "block,skip-ends", "every:3,skip-ends", "attn,skip-ends"}) {
       SCOPED_TRACE("policy " + policy + ", " + remat::to_string(mode));
       TrainOptions o = small_run(policy);
-      o.checkpoint_mode = mode;
+      o.plan.mode(mode);
       Trainer trainer(o);
       EXPECT_EQ(trainer.plan().mode, mode);
       const RunOutcome outcome = train_steps(trainer, 3);
@@ -125,7 +125,7 @@ TEST(Train, ANestedPlanFromAFileTrainsExactlyLikeNone) {
   Trainer reference(small_run("none"));
   const RunOutcome none = train_steps(reference, 3);
   TrainOptions o = small_run();
-  o.plan_file = (dir / "nested.json").string();
+  o.plan = remat::PlanRequest::of_plan_file((dir / "nested.json").string());
   Trainer trainer(o);
   EXPECT_EQ(trainer.plan().to_string(), "[embed [block0] block1:selective] [[block2 block3] head]");
   const RunOutcome outcome = train_steps(trainer, 3);
@@ -181,32 +181,32 @@ TEST(Train, BadModelFlagsDataAndPlansAreClearErrors) {
   REMAT_EXPECT_ERROR(Trainer{o}, "Install Debian's `fortunes` package");
 
   o = small_run();
-  o.plan_file = (dir / "absent.json").string();
-  REMAT_EXPECT_ERROR(Trainer{o}, "plan file '");
+  REMAT_EXPECT_ERROR(remat::PlanRequest::of_plan_file((dir / "absent.json").string()), "plan file '");
   write_file(dir / "two-layers.json", R"({"format": "remat-plan", "version": 1, "granularity": "block",
     "stages": ["embed", "block0", "block1", "head"], "options": ["full", "full", "full", "full"],
     "plan": ["embed", {"checkpoint": ["block0"]}, "block1", "head"]})");
-  o.plan_file = (dir / "two-layers.json").string();
+  o.plan = remat::PlanRequest::of_plan_file((dir / "two-layers.json").string());
   REMAT_EXPECT_ERROR(Trainer{o}, "the plan was made for a chain of 4 stages");
 
   o = small_run();
-  o.budget = "12parsecs";
-  REMAT_EXPECT_ERROR(Trainer{o}, "has an unknown unit 'parsecs'");
-  o.budget = "1KiB";
+  REMAT_EXPECT_ERROR(remat::PlanRequest::of_budget("12parsecs"), "has an unknown unit 'parsecs'");
+  o.plan = remat::PlanRequest::of_budget("1KiB");
   REMAT_EXPECT_ERROR(Trainer{o}, "the smallest feasible budget is");
-  o.budget = "60%";
-  o.plan_file = (dir / "two-layers.json").string();
-  REMAT_EXPECT_ERROR(Trainer{o}, "give TrainOptions::budget or TrainOptions::plan_file, not both");
+  o.plan = remat::PlanRequest::of_policy("every:0");
+  REMAT_EXPECT_ERROR(Trainer{o}, "K must be a whole number >= 1");
+  o.plan = remat::PlanRequest::of_budget("50%");
+  o.plan.profile().repeats(0);
+  REMAT_EXPECT_ERROR(Trainer{o}, "ProfileOptions::repeats must be at least 1, got 0");
 }
 
 TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
   TrainOptions budgeted = small_run();
-  budgeted.budget = "50%";
-  budgeted.profile_repeats = 1;
+  budgeted.plan = remat::PlanRequest::of_budget("50%");
+  budgeted.plan.profile().repeats(1);
   Trainer trainer(budgeted);
   ASSERT_TRUE(trainer.budget_plan().has_value());
   EXPECT_LE(trainer.budget_plan()->prediction.peak_bytes, trainer.budget_plan()->budget_bytes);
-  EXPECT_NE(trainer.plan().to_string(), remat::Plan::plain(remat::models::GptChain(trainer.model(), "half")).to_string());
+  EXPECT_NE(trainer.plan().to_string(), remat::Plan::plain(remat::models::GptChain(trainer.model(), remat::models::GptGranularity::half)).to_string());
   EXPECT_NE(trainer.plan_source().find("optimal for budget 50%"), std::string::npos) << trainer.plan_source();
   const remat::PlanVerification v = trainer.verify();  // against the same stage options unchecked
   EXPECT_TRUE(v.bitwise_equal()) << v.to_string();
@@ -215,11 +215,12 @@ TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
   // compute differently by design).
   const RunOutcome planned = train_steps(trainer, 3);
   TrainOptions same_options = small_run();
-  remat::Plan unchecked = remat::Plan::plain(remat::models::GptChain(trainer.model(), trainer.plan().granularity));
+  remat::Plan unchecked = remat::Plan::plain(remat::models::GptChain(trainer.model(), remat::models::gpt_granularity_of(trainer.plan())));
   unchecked.options = trainer.plan().options;
   TempDir dir;
-  same_options.plan_file = (dir / "unchecked.json").string();
-  std::ofstream(same_options.plan_file) << unchecked.to_json();
+  const std::string unchecked_file = (dir / "unchecked.json").string();
+  std::ofstream(unchecked_file) << unchecked.to_json();
+  same_options.plan = remat::PlanRequest::of_plan_file(unchecked_file);
   Trainer reference(same_options);
   const RunOutcome none = train_steps(reference, 3);
   EXPECT_EQ(planned.losses, none.losses);
@@ -228,8 +229,8 @@ TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
 
 TEST(Train, ABudgetsPlanIsMeasuredToFitOnTheFirstBatch) {
   TrainOptions budgeted = small_run();
-  budgeted.budget = "40%";
-  budgeted.profile_repeats = 1;
+  budgeted.plan = remat::PlanRequest::of_budget("40%");
+  budgeted.plan.profile().repeats(1);
   Trainer trainer(budgeted);
   ASSERT_TRUE(trainer.budget_plan().has_value());
   EXPECT_GE(trainer.budget_plan()->measured_peak_bytes, 0);
@@ -269,9 +270,9 @@ TEST(Train, MicroBatchedTrainingEqualsTrainingTheWholeBatch) {
 TEST(Train, MaximizingThroughputChoosesAMicroBatchAndAPlanThatFit) {
   TrainOptions o = small_run();
   o.batch = 4;
-  o.budget = "30%";
+  o.plan = remat::PlanRequest::of_budget("30%");
   o.maximize_throughput = true;
-  o.profile_repeats = 1;
+  o.plan.profile().repeats(1);
   Trainer trainer(o);
   ASSERT_TRUE(trainer.throughput_choice().has_value());
   const remat::ThroughputChoice& choice = *trainer.throughput_choice();
@@ -284,7 +285,7 @@ TEST(Train, MaximizingThroughputChoosesAMicroBatchAndAPlanThatFit) {
 
   TrainOptions without_budget = small_run();
   without_budget.maximize_throughput = true;
-  EXPECT_NE(error_of([&] { Trainer t(without_budget); }).find("TrainOptions::maximize_throughput needs TrainOptions::budget"),
+  EXPECT_NE(error_of([&] { Trainer t(without_budget); }).find("TrainOptions::maximize_throughput needs a budget (PlanRequest::of_budget)"),
             std::string::npos);
 }
 

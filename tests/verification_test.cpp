@@ -130,11 +130,11 @@ TEST(PlanVerified, PlanForBudgetReturnsAMeasuredPlanAndCanTrustThePrediction) {
   HiddenTransientChain model(16);
   const at::Tensor x = torch::randn({64, 32});
   const remat::PlanResult measured =
-      remat::plan_for_budget(*model.chain, x, "65%", remat::BudgetPlanOptions().repeats(1));
+      remat::plan_for_budget(*model.chain, x, "65%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
   EXPECT_GE(measured.measured_peak_bytes, 0);
   EXPECT_LE(measured.measured_peak_bytes, measured.budget_bytes);
   const remat::PlanResult trusted =
-      remat::plan_for_budget(*model.chain, x, "65%", remat::BudgetPlanOptions().repeats(1).max_replans(-1));
+      remat::plan_for_budget(*model.chain, x, "65%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)).max_replans(-1));
   EXPECT_EQ(trusted.measured_peak_bytes, -1);
   EXPECT_EQ(trusted.replans, 0);
 }

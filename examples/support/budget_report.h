@@ -8,17 +8,18 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "remat/planning/budget_planner.h"
-#include "remat/internal/table.h"
 #include "remat/planning/plan_comparison.h"
 #include "remat/memory/memory.h"
 #include "remat/measure/plan_measurement.h"
@@ -27,6 +28,36 @@
 #include "remat/chain/sequential_chain.h"
 
 namespace remat_examples {
+
+// The examples print with what a user's program has at hand; remat's own report tables are the
+// project's internal helpers, not part of the installed library.
+inline std::string percent(double fraction) {
+  std::ostringstream out;
+  out << std::showpos << std::fixed << std::setprecision(1) << 100.0 * fraction << "%";
+  return out.str();
+}
+
+// Columns as wide as their widest cell, left-aligned, two spaces apart.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add_row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  void print(std::ostream& out) const {
+    std::vector<size_t> widths(rows_.front().size(), 0);
+    for (const auto& row : rows_) {
+      for (size_t i = 0; i < row.size() && i < widths.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    }
+    for (const auto& row : rows_) {
+      for (size_t i = 0; i < row.size(); ++i) {
+        out << (i ? "  " : "") << row[i] << std::string(i + 1 < row.size() ? widths[i] - row[i].size() : 0, ' ');
+      }
+      out << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
 
 struct ReportOptions {
   std::vector<std::string> budgets = {"30%", "50%", "70%"};
@@ -75,7 +106,7 @@ struct ProfiledModel {
 
  private:
   static remat::ProfileOptions profile_options(const ReportOptions& options) {
-    auto profile = remat::ProfileOptions().repeats(options.profile_repeats).selective_option(true);
+    auto profile = remat::budget_profile_options().repeats(options.profile_repeats);
     return options.quick ? profile.stage_seconds(0).in_step_seconds(0) : profile;
   }
   static torch::nn::Sequential tracked(const std::function<torch::nn::Sequential()>& make_model) {
@@ -150,7 +181,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
             << optimal.front().unchecked.step_seconds << " s, measured " << none.step_seconds << " s\n\n";
 
   std::cout << "steps measured under " << none.threads << "\n";
-  remat::Table budgets({"budget", "predicted", "measured", "error", "re-plans", "chosen", "pred. ovh", "meas. ovh [95%]",
+  TextTable budgets({"budget", "predicted", "measured", "error", "re-plans", "chosen", "pred. ovh", "meas. ovh [95%]",
                         "in spread", "sac", "without sac: measured", "meas. ovh", "best generic that fits", "its ovh",
                         "chosen/it [95%]", "gradients"});
   for (size_t b = 0; b < budget_count; ++b) {
@@ -169,14 +200,14 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
                          static_cast<double>(m.activation_peak_bytes);
     const remat::MeasuredChoice& mc = p.measured_choice;
     budgets.add_row({options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
-                     remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), remat::percent(error),
+                     remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), percent(error),
                      std::to_string(p.replans), mc.measured && mc.chosen > 0 ? mc.candidates[mc.chosen].name : "DP",
                      overhead_text(p.predicted_overhead(), p.predicted_overhead_spread()),
                      interval_text(bc.measured.overhead, bc.measured.overhead_low, bc.measured.overhead_high),
                      bc.prediction_within_spread ? "yes" : "no", sac_chosen ? "yes" : "no",
                      remat::format_bytes(w.measured.measured.activation_peak_bytes) + (w.fits ? "" : "!"),
-                     remat::percent(w.measured.overhead), best_name,
-                     bc.best_policy ? remat::percent(c.policies[*bc.best_policy].overhead) : "-",
+                     percent(w.measured.overhead), best_name,
+                     bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
                      bc.best_policy ? ratio_text(bc.ratio_to_best_policy, bc.ratio_to_best_policy_low,
                                                  bc.ratio_to_best_policy_high)
                                     : "-",
@@ -189,14 +220,14 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
               << "   without sac: " << c.budgets[budget_count + b].optimal.plan.to_string() << "\n";
   }
   std::cout << "\ngeneric policies (unchecked measured " << remat::format_bytes(none.activation_peak_bytes) << "):\n";
-  remat::Table generic({"policy", "predicted", "measured", "of none", "pred. ovh", "meas. ovh"});
+  TextTable generic({"policy", "predicted", "measured", "of none", "pred. ovh", "meas. ovh"});
   const double none_predicted = optimal.front().unchecked.step_seconds;
   for (size_t i = 0; i < policies.size(); ++i) {
     const remat::Prediction predicted = remat::simulate(policies[i].plan, costs);
     const int64_t peak = c.policies[i].measured.activation_peak_bytes;
     generic.add_row({policies[i].name, remat::format_bytes(predicted.peak_bytes), remat::format_bytes(peak),
                      std::to_string(static_cast<int>(100.0 * static_cast<double>(peak) / none_peak)) + "%",
-                     remat::percent(predicted.step_seconds / none_predicted - 1), remat::percent(c.policies[i].overhead)});
+                     percent(predicted.step_seconds / none_predicted - 1), percent(c.policies[i].overhead)});
   }
   generic.print(std::cout);
 
@@ -258,14 +289,14 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
   const auto measured = remat::measure_plans(chain, plans, x, options.measured_steps);
-  remat::Table modes({"strategy", "mode", "peak", "predicted", "overhead", "gradients"});
+  TextTable modes({"strategy", "mode", "peak", "predicted", "overhead", "gradients"});
   for (size_t i = 0; i < plans.size(); ++i) {
     const remat::PlanVerification v = remat::verify_plan(chain, plans[i], x);
     failures += v.bitwise_equal() ? 0 : 1;
     const double overhead = i == 0 ? 0.0 : remat::paired_time_ratio(measured[i], measured[0]) - 1;
     modes.add_row({names[i], i == 0 ? "-" : remat::to_string(plans[i].mode),
                    remat::format_bytes(measured[i].activation_peak_bytes),
-                   remat::format_bytes(remat::simulate(plans[i], costs).peak_bytes), remat::percent(overhead),
+                   remat::format_bytes(remat::simulate(plans[i], costs).peak_bytes), percent(overhead),
                    v.bitwise_equal() ? "bitwise equal" : "DIFFER"});
   }
   modes.print(std::cout);

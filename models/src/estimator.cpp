@@ -13,7 +13,7 @@ int64_t element_bytes(const std::string& dtype) {
   return 4;
 }
 
-GptChainShape::GptChainShape(int64_t layers, const std::string& granularity)
+GptChainShape::GptChainShape(int64_t layers, GptGranularity granularity)
     : granularity_(granularity), stages_(gpt_stages(layers, granularity)) {}
 
 at::Tensor GptChainShape::forward_stage(int64_t, const at::Tensor&, const std::string&) {
@@ -241,13 +241,13 @@ CostTable gpt_cost_table(const GptConfig& c, const EstimateOptions& o, const std
                          const GptSizes& z) {
   const HalfEstimate attention = sum_half(block_ops, "attention", z), mlp = sum_half(block_ops, "mlp", z);
   CostTable table;
-  table.granularity = o.granularity;
+  table.granularity = to_string(o.granularity);
   table.source = "estimated: " + o.dtype + ", batch " + std::to_string(z.b) + ", " +
                  std::to_string(static_cast<int64_t>(o.flops_per_second / 1e9)) + " GFLOP/s";
   table.stages.push_back(embed_stage(z));
   for (int64_t layer = 0; layer < c.layers(); ++layer) {
     const std::string n = std::to_string(layer);
-    if (o.granularity == "block") {
+    if (o.granularity == GptGranularity::block) {
       table.stages.push_back(block_stage(n, attention, mlp, z));
     } else {
       add_half_stages(table, n, attention, mlp, z);

@@ -233,16 +233,14 @@ at::Tensor GptImpl::forward(const at::Tensor& tokens, const at::Tensor& targets)
   return loss(x, targets);
 }
 
-GptStage gpt_stage_kind(int64_t index, int64_t stages, const std::string& granularity) {
+GptStage gpt_stage_kind(int64_t index, int64_t stages, GptGranularity granularity) {
   if (index == 0) return GptStage::embed;
   if (index == stages - 1) return GptStage::head;
-  if (granularity == "block") return GptStage::block;
+  if (granularity == GptGranularity::block) return GptStage::block;
   return index % 2 == 1 ? GptStage::attention : GptStage::mlp;
 }
 
-std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity) {
-  REMAT_CHECK(granularity == "block" || granularity == "half", "GPT chain granularity must be 'block' or 'half', got '",
-              granularity, "'.");
+std::vector<StageInfo> gpt_stages(int64_t layers, GptGranularity granularity) {
   const std::vector<std::string> block_options = keep_option_names(/*attention=*/true);
   const std::vector<std::string> mlp_options = keep_option_names(/*attention=*/false);
   const std::vector<std::string> plain = {to_string(Keep::full)};  // embed and head have no options
@@ -250,7 +248,7 @@ std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity
   stages.push_back({"embed", -1, plain});
   for (int64_t b = 0; b < layers; ++b) {
     const std::string n = std::to_string(b);
-    if (granularity == "block") {
+    if (granularity == GptGranularity::block) {
       stages.push_back({"block" + n, b, block_options});
     } else {
       stages.push_back({"attn" + n, b, block_options});
@@ -262,13 +260,12 @@ std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity
 }
 
 Plan to_half_granularity(const Plan& plan) {
-  if (plan.granularity == "half") return plan;
-  REMAT_CHECK(plan.granularity == "block", "to_half_granularity: unknown granularity '", plan.granularity, "'.");
+  if (gpt_granularity_of(plan) == GptGranularity::half) return plan;
   const int64_t layers = static_cast<int64_t>(plan.stage_names.size()) - 2;
   Plan half;
-  half.granularity = "half";
+  half.granularity = to_string(GptGranularity::half);
   half.mode = plan.mode;
-  for (const auto& stage : gpt_stages(layers, "half")) half.stage_names.push_back(stage.name);
+  for (const auto& stage : gpt_stages(layers, GptGranularity::half)) half.stage_names.push_back(stage.name);
   half.options.assign(half.stage_names.size(), to_string(Keep::full));
   half.default_options = half.options;
   half.options.front() = plan.options.front();
@@ -302,13 +299,7 @@ Plan to_half_granularity(const Plan& plan) {
   return half;
 }
 
-GptChain& GptChains::of(const std::string& granularity) {
-  REMAT_CHECK(granularity == "block" || granularity == "half", "a GPT plan's granularity is \"block\" or \"half\", not '",
-              granularity, "'.");
-  return granularity == "half" ? half : block;
-}
-
-GptChain::GptChain(Gpt model, const std::string& granularity)
+GptChain::GptChain(Gpt model, GptGranularity granularity)
     : model_(std::move(model)),
       granularity_(granularity),
       stages_(gpt_stages(static_cast<int64_t>(model_->blocks.size()), granularity)) {}

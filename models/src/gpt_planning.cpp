@@ -10,19 +10,19 @@ namespace remat::models {
 
 Prediction GptCosts::predict(const Plan& plan) const { return simulate(to_half_granularity(plan), half); }
 
-Prediction GptCosts::unchecked() const { return simulate(Plan::plain(GptChainShape(layers(), "half")), half); }
+Prediction GptCosts::unchecked() const { return simulate(Plan::plain(GptChainShape(layers(), GptGranularity::half)), half); }
 
-GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats, CheckpointMode mode) {
-  GptChain chain(std::move(model), "half");
+GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, const ProfileOptions& options) {
+  GptChain chain(std::move(model), GptGranularity::half);
   chain.set_targets(targets);
-  return GptCosts{profile_chain(chain, tokens, ProfileOptions().repeats(repeats).mode(mode).selective_option(true))};
+  return GptCosts{profile_chain(chain, tokens, options)};
 }
 
 GptCosts gpt_costs_from_json(const std::string& text, const std::string& source) {
   GptCosts costs{CostTable::from_json(text, source)};
-  REMAT_CHECK(costs.half.granularity == "half" && costs.half.stages.size() >= 4 && costs.half.stages.size() % 2 == 0,
+  REMAT_CHECK(costs.half.granularity == to_string(GptGranularity::half) && costs.half.stages.size() >= 4 && costs.half.stages.size() % 2 == 0,
               source, ": not a half-block cost table of a GPT (granularity 'half': embed, attention and MLP halves, head).");
-  const GptChainShape shape(costs.layers(), "half");
+  const GptChainShape shape(costs.layers(), GptGranularity::half);
   costs.half.validate_against(shape);
   bool blocks_given = false;
   for (const auto& stage : costs.half.stages) blocks_given = blocks_given || stage.block >= 0;
@@ -43,24 +43,20 @@ void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t bat
               ". Profile this model and batch again.");
 }
 
-std::string gpt_request_granularity(const PlanRequest& request) {
+GptGranularity gpt_request_granularity(const PlanRequest& request) {
   switch (request.kind()) {
     case PlanRequest::Kind::policy: return gpt_policy_granularity(request.name());
-    case PlanRequest::Kind::budget: return "half";
+    case PlanRequest::Kind::budget: return GptGranularity::half;
     case PlanRequest::Kind::plan: break;
   }
-  const std::string& granularity = request.plan().granularity;
-  REMAT_CHECK(granularity == "block" || granularity == "half", request.name(), ": granularity '",
-              granularity.size() > 40 ? granularity.substr(0, 37) + "..." : granularity,
-              "' is not one this model offers ('block' or 'half').");
-  return granularity;
+  return parse_gpt_granularity(request.plan().granularity, request.name());
 }
 
-ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs,
+ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const GptCostSource& costs,
                            const MeasurePeak& measure_peak) {
   PlanSources sources;
   sources.policy = [layers](const std::string& policy) { return gpt_policy_plan(policy, layers); };
-  if (costs) sources.costs = [&costs] { return costs().half; };
+  if (costs) sources.costs = [&costs](const ProfileOptions& options) { return costs(options).half; };
   sources.measure_peak = measure_peak;
   ChosenPlan chosen = choose_plan(request, sources);
   chosen.plan.validate_against(GptChainShape(layers, gpt_request_granularity(request)));
@@ -68,23 +64,23 @@ ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std
 }
 
 ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
-                                    const std::vector<int64_t>& batches, int repeats, CheckpointMode mode) {
+                                    const std::vector<int64_t>& batches, const ProfileOptions& options) {
   for (const int64_t b : batches) {
     REMAT_CHECK(b >= 1 && b <= tokens.size(0), "profile_gpt_batches: batch size ", b, " is not within the ",
                 tokens.size(0), " sequences given.");
   }
-  GptChain chain(std::move(model), "half");
+  GptChain chain(std::move(model), GptGranularity::half);
   return profile_batches(
       chain,
       [&](int64_t b) {
         chain.set_targets(targets.narrow(0, 0, b));  // the loss of this batch size
         return tokens.narrow(0, 0, b);
       },
-      batches, ProfileOptions().repeats(repeats).mode(mode).selective_option(true));
+      batches, options);
 }
 
 MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets) {
-  auto chain = std::make_shared<GptChain>(std::move(model), "half");
+  auto chain = std::make_shared<GptChain>(std::move(model), GptGranularity::half);
   chain->set_targets(std::move(targets));
   return [chain, tokens = std::move(tokens)](const Plan& plan) { return measure_plan_peak(*chain, plan, tokens); };
 }

@@ -53,11 +53,11 @@ std::vector<PolicyDescription> gpt_policy_descriptions() {
   return list;
 }
 
-std::string gpt_policy_granularity(const std::string& policy) {
+GptGranularity gpt_policy_granularity(const std::string& policy) {
   bool skip_ends = false;
   const std::string base = gpt_only_base(policy, skip_ends);
   if (base.empty()) check_policy(policy);
-  return is_half_policy(base) ? "half" : "block";
+  return is_half_policy(base) ? GptGranularity::half : GptGranularity::block;
 }
 
 Plan gpt_policy_plan(const std::string& policy, int64_t layers) {
@@ -65,9 +65,9 @@ Plan gpt_policy_plan(const std::string& policy, int64_t layers) {
 }
 
 Plan gpt_policy_plan(const std::string& policy, const Chain& chain) {
-  const std::string granularity = gpt_policy_granularity(policy);
-  REMAT_CHECK(chain.granularity() == granularity, "policy '", policy, "' needs a GPT chain of granularity '",
-              granularity, "', got '", chain.granularity(), "'.");
+  const GptGranularity granularity = gpt_policy_granularity(policy);
+  REMAT_CHECK(chain.granularity() == to_string(granularity), "policy '", policy, "' needs a GPT chain of granularity '",
+              to_string(granularity), "', got '", chain.granularity(), "'.");
   bool skip_ends = false;
   const std::string base = gpt_only_base(policy, skip_ends);
   if (base.empty()) return policy_plan(policy, chain);
@@ -78,7 +78,7 @@ Plan gpt_policy_plan(const std::string& policy, const Chain& chain) {
   for (int64_t i = 0; i < chain.size(); ++i) {
     const auto& stage = chain.stages()[i];
     if (stage.block < first || stage.block >= last) continue;
-    const GptStage kind = gpt_stage_kind(i, chain.size(), chain.granularity());
+    const GptStage kind = gpt_stage_kind(i, chain.size(), granularity);
     if (is_option_policy(base)) {
       option_stages.push_back(i);
     } else if ((kind == GptStage::mlp && base != "attn") || (kind == GptStage::attention && base != "ffn")) {

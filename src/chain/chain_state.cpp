@@ -1,14 +1,16 @@
-#include "chain/chain_state.h"
+#include "remat/chain/chain_state.h"
 
 #include <set>
 
 #include <c10/core/GradMode.h>
 
-namespace remat::detail {
+#include "checkpoint/forward_state.h"
+
+namespace remat {
 namespace {
 
-std::vector<NamedParameter> distinct(const Chain& chain, bool buffers) {
-  std::vector<NamedParameter> out;
+std::vector<NamedTensor> distinct(const Chain& chain, bool buffers) {
+  std::vector<NamedTensor> out;
   std::set<const void*> seen;
   for (int64_t i = 0; i < chain.size(); ++i) {
     const auto tensors = buffers ? chain.stage_buffers(i) : chain.stage_parameters(i);
@@ -26,40 +28,50 @@ std::vector<NamedParameter> distinct(const Chain& chain, bool buffers) {
 
 }  // namespace
 
-std::vector<NamedParameter> chain_parameters(const Chain& chain) { return distinct(chain, false); }
-std::vector<NamedParameter> chain_buffers(const Chain& chain) { return distinct(chain, true); }
+std::vector<NamedTensor> chain_parameters(const Chain& chain) { return distinct(chain, false); }
+std::vector<NamedTensor> chain_buffers(const Chain& chain) { return distinct(chain, true); }
 
-ChainStateGuard::ChainStateGuard(const Chain& chain, const at::Tensor& input) : rng_(RngSnapshot::capture({input})) {
+struct ChainStateGuard::Saved {
+  std::vector<at::Tensor> parameters, gradients;  // undefined gradient: none on entry
+  std::vector<at::Tensor> buffers, buffer_copies;
+  detail::RngSnapshot rng;
+};
+
+ChainStateGuard::ChainStateGuard(const Chain& chain, const at::Tensor& input)
+    : saved_(new Saved{{}, {}, {}, {}, detail::RngSnapshot::capture({input})}) {
   c10::NoGradGuard no_grad;
   for (const auto& p : chain_parameters(chain)) {
-    parameters_.push_back(p.tensor);
-    gradients_.push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::Tensor());
+    saved_->parameters.push_back(p.tensor);
+    saved_->gradients.push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::Tensor());
   }
   for (const auto& b : chain_buffers(chain)) {
-    buffers_.push_back(b.tensor);
-    buffer_copies_.push_back(b.tensor.clone());
+    saved_->buffers.push_back(b.tensor);
+    saved_->buffer_copies.push_back(b.tensor.clone());
   }
 }
 
 void ChainStateGuard::restore_buffers() const {
   c10::NoGradGuard no_grad;
-  for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(buffer_copies_[i]);
+  for (size_t i = 0; i < saved_->buffers.size(); ++i) saved_->buffers[i].copy_(saved_->buffer_copies[i]);
 }
+
+void ChainStateGuard::restore_rng() const { saved_->rng.restore(); }
 
 ChainStateGuard::~ChainStateGuard() {
   c10::NoGradGuard no_grad;
   restore_buffers();
-  for (size_t i = 0; i < parameters_.size(); ++i) {
-    at::Tensor& grad = parameters_[i].mutable_grad();
-    if (!gradients_[i].defined()) {
+  for (size_t i = 0; i < saved_->parameters.size(); ++i) {
+    at::Tensor& grad = saved_->parameters[i].mutable_grad();
+    const at::Tensor& before = saved_->gradients[i];
+    if (!before.defined()) {
       grad = at::Tensor();
-    } else if (grad.defined() && grad.sizes() == gradients_[i].sizes()) {
-      grad.copy_(gradients_[i]);  // in place: optimisers and hooks holding it see the same tensor
+    } else if (grad.defined() && grad.sizes() == before.sizes()) {
+      grad.copy_(before);  // in place: optimisers and hooks holding it see the same tensor
     } else {
-      grad = gradients_[i];
+      grad = before;
     }
   }
-  rng_.restore();
+  restore_rng();
 }
 
-}  // namespace remat::detail
+}  // namespace remat

@@ -7,7 +7,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "chain/plan_items.h"
 #include "checkpoint/recompute_state.h"
 #include "remat/checkpoint/checkpoint.h"
 #include "base/json_fields.h"
@@ -392,12 +391,16 @@ at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
   return run_items(chain, shared, shared->items, input, /*graph_only=*/false);
 }
 
-namespace detail {
-
-at::Tensor run_plan_item(Chain& chain, const std::shared_ptr<const Plan>& plan, const PlanItem& item, const at::Tensor& x) {
-  return run_item(chain, plan, item, x, /*graph_only=*/false);
+at::Tensor run_plan_observed(Chain& chain, const Plan& plan, const at::Tensor& input, const PlanItemObserver& observer) {
+  plan.validate_against(chain);
+  auto shared = std::make_shared<const Plan>(plan);
+  at::Tensor x = input;
+  for (size_t k = 0; k < shared->items.size(); ++k) {
+    if (observer.before) observer.before(k);
+    x = run_item(chain, shared, shared->items[k], x, /*graph_only=*/false);
+    if (observer.after) observer.after(k, x);
+  }
+  return x;
 }
-
-}  // namespace detail
 
 }  // namespace remat

@@ -11,7 +11,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "chain/chain_state.h"
+#include "remat/chain/chain_state.h"
 #include "remat/base/error.h"
 #include "remat/memory/memory.h"
 #include "remat/internal/statistics.h"
@@ -19,7 +19,7 @@
 namespace remat {
 namespace {
 
-void zero_gradients(const std::vector<detail::NamedParameter>& parameters) {
+void zero_gradients(const std::vector<NamedTensor>& parameters) {
   c10::NoGradGuard no_grad;
   for (const auto& p : parameters) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
@@ -53,12 +53,12 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
   const TimingThreads timing_threads(threads);
   // One guard per distinct chain, all taken before any step: chains sharing modules then all hold
   // the state on entry, and any order of restoring puts it back.
-  std::vector<std::unique_ptr<detail::ChainStateGuard>> guards;
+  std::vector<std::unique_ptr<ChainStateGuard>> guards;
   std::vector<const Chain*> guarded;
   for (const auto& run : runs) {
     if (std::find(guarded.begin(), guarded.end(), run.chain) != guarded.end()) continue;
     guarded.push_back(run.chain);
-    guards.push_back(std::make_unique<detail::ChainStateGuard>(*run.chain, run.input));
+    guards.push_back(std::make_unique<ChainStateGuard>(*run.chain, run.input));
   }
   std::vector<std::vector<double>> seconds(runs.size());
   std::vector<PlanMeasurement> result(runs.size());
@@ -83,7 +83,7 @@ std::vector<PlanMeasurement> measure_runs(const std::vector<PlanRun>& runs, int 
       Chain& chain = *runs[p].chain;
       const auto step = [&] {
         if (runs[p].prepare) runs[p].prepare();
-        zero_gradients(detail::chain_parameters(chain));
+        zero_gradients(chain_parameters(chain));
         return measure_step(
             [&] {
               // A chain without a loss (Planned's) is back-propagated from ones, through its sum.
@@ -193,9 +193,9 @@ std::string PlanVerification::to_string() const {
 PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
   plan.validate_against(chain);
   REMAT_CHECK(c10::GradMode::is_enabled(), "verify_plan: grad mode is disabled; call it outside torch::NoGradGuard.");
-  detail::ChainStateGuard guard(chain, input);
-  const auto parameters = detail::chain_parameters(chain);
-  const auto buffers = detail::chain_buffers(chain);
+  ChainStateGuard guard(chain, input);
+  const auto parameters = chain_parameters(chain);
+  const auto buffers = chain_buffers(chain);
 
   struct Step {
     at::Tensor output;
@@ -203,7 +203,7 @@ PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& i
   };
   auto run = [&](const Plan& p) {
     guard.restore_buffers();
-    guard.rng().restore();
+    guard.restore_rng();
     {
       c10::NoGradGuard no_grad;
       for (const auto& parameter : parameters) parameter.tensor.mutable_grad() = at::Tensor();

@@ -121,6 +121,8 @@ MemoryStats memory_stats(c10::Device device) {
   return TrackingCpuAllocator::instance().stats();
 }
 
+void synchronize_device(c10::Device device) { detail::synchronize_if_cuda(device); }
+
 void reset_peak_memory(c10::Device device) {
   if (device.is_cuda()) return detail::reset_cuda_peak(device);
   REMAT_CHECK(device.is_cpu(), "reset_peak_memory: device ", device, " is not supported; use CPU or CUDA.");

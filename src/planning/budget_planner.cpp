@@ -8,8 +8,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "chain/chain_state.h"
-#include "memory/cuda_memory.h"
+#include "remat/chain/chain_state.h"
 #include "remat/base/error.h"
 #include "remat/memory/memory.h"
 #include "remat/measure/plan_measurement.h"
@@ -57,16 +56,16 @@ int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& samp
   plan.validate_against(chain);
   const c10::Device device = sample_input.device();
   if (device.is_cpu()) install_cpu_memory_tracker();
-  const detail::ChainStateGuard untouched(chain, sample_input);
+  const ChainStateGuard untouched(chain, sample_input);
   int64_t peak = 0;
   for (int round = 0; round < 2; ++round) {  // the first allocates gradients, as a first step does
     {
       c10::NoGradGuard no_grad;
-      for (const auto& p : detail::chain_parameters(chain)) {
+      for (const auto& p : chain_parameters(chain)) {
         if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
       }
     }
-    detail::synchronize_if_cuda(device);
+    synchronize_device(device);
     const int64_t before = memory_stats(device).current_bytes;
     reset_peak_memory(device);
     {
@@ -74,7 +73,7 @@ int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& samp
       REMAT_CHECK(output.requires_grad(), "measuring a plan: the chain's output does not require grad.");
       torch::autograd::backward({output}, {at::ones_like(output)});
     }
-    detail::synchronize_if_cuda(device);
+    synchronize_device(device);
     peak = memory_stats(device).peak_bytes - before;
   }
   return peak;
@@ -255,13 +254,7 @@ PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResul
 
 PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options) {
-  const CostTable costs = profile_chain(chain, sample_input,
-                                        ProfileOptions()
-                                            .repeats(options.repeats())
-                                            .warmup(options.warmup())
-                                            .mode(options.mode())
-                                            .selective_option(options.selective_option())
-                                            .threads(options.threads()));
+  const CostTable costs = profile_chain(chain, sample_input, ProfileOptions(options.profile()).mode(options.planner().mode()));
   PlanResult result =
       options.max_replans() < 0
           ? plan_optimal(costs, budget, options.planner())
@@ -269,7 +262,7 @@ PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const B
                           [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); },
                           options.max_replans());
   result.ensure_feasible();
-  return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(), options.threads());
+  return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(), options.profile().threads());
 }
 
 }  // namespace remat

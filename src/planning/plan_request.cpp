@@ -15,7 +15,7 @@ PlanRequest PlanRequest::of_policy(std::string policy) {
 
 PlanRequest PlanRequest::of_plan(Plan plan, std::string source) {
   PlanRequest request(Kind::plan, std::move(source));
-  request.mode_ = plan.mode;
+  request.mode(plan.mode);
   request.plan_ = std::move(plan);
   return request;
 }
@@ -66,8 +66,8 @@ ChosenPlan choose_plan(const PlanRequest& request, const PlanSources& sources) {
     case PlanRequest::Kind::budget: {
       REMAT_CHECK(static_cast<bool>(sources.costs), "choose_plan: ", request.describe(),
                   " needs PlanSources::costs, the chain's cost table.");
-      const PlannerOptions options = PlannerOptions().mode(request.mode()).memory_slots(request.memory_slots());
-      const CostTable costs = sources.costs();
+      const PlannerOptions& options = request.planner();
+      const CostTable costs = sources.costs(ProfileOptions(request.profile()).mode(options.mode()));
       const PlanResult& planned = chosen.planned.emplace(
           sources.measure_peak
               ? plan_verified(costs, request.budget(), options, sources.measure_peak, request.max_replans())

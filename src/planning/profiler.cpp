@@ -15,11 +15,9 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "chain/chain_state.h"
-#include "memory/cuda_memory.h"
-#include "checkpoint/forward_state.h"
-#include "chain/plan_items.h"
+#include "remat/chain/chain_state.h"
 #include "remat/checkpoint/checkpoint.h"
+#include "remat/checkpoint/saved_tensors.h"
 #include "remat/base/error.h"
 #include "remat/internal/statistics.h"
 #include "remat/memory/memory.h"
@@ -30,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start, c10::Device device) {
-  detail::synchronize_if_cuda(device);
+  synchronize_device(device);
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -44,36 +42,9 @@ at::Tensor stage_input(const at::Tensor& activation, bool first) {
   return x;
 }
 
-// The generic early stop of a non-reentrant recompute, on one stage: saved tensors are kept (as the
-// recompute hands them to the backward) and the forward is abandoned at the last of them.
-struct StopAtLastSaved {};
-struct KeepUntilLast final : detail::SavedTensorHooks {
-  KeepUntilLast(std::vector<at::Tensor>& kept, size_t last)
-      : SavedTensorHooks("the profiler"), kept_(kept), last_(last) {}
-  void call_pack_hook(const at::Tensor& tensor) override {
-    if (last_ == 0) return;  // counting only
-    kept_.push_back(tensor.detach());
-    if (kept_.size() == last_) throw StopAtLastSaved{};
-  }
-  at::Tensor call_unpack_hook() override {
-    TORCH_CHECK(false, "remat: internal error: backward reached a profiled early-stop forward.");
-  }
-
- private:
-  std::vector<at::Tensor>& kept_;
-  size_t last_;
-};
-
 // How many tensors a stage's forward saves for its backward.
 size_t saved_tensor_count(Chain& chain, int64_t i, const at::Tensor& x, const std::string& option) {
-  size_t count = 0;
-  std::vector<at::Tensor> unused;
-  detail::SavedTensorHooksScope hooks([&] {
-    ++count;
-    return std::make_unique<KeepUntilLast>(unused, 0);
-  });
-  chain.run_stage(i, x, option);
-  return count;
+  return count_saved_tensors([&] { chain.run_stage(i, x, option); });
 }
 
 // Stages with one signature (Chain::stage_signature) and the same sizes: groups of two or more.
@@ -125,7 +96,7 @@ struct Region {
 
 template <class Body>
 Region measure_region(c10::Device device, Body&& body) {
-  detail::synchronize_if_cuda(device);
+  synchronize_device(device);
   Region region;
   region.before_bytes = memory_stats(device).current_bytes;
   reset_peak_memory(device);
@@ -141,8 +112,7 @@ Region measure_region(c10::Device device, Body&& body) {
 std::pair<double, int64_t> segment_forward(Chain& chain, int64_t i, const at::Tensor& x, c10::Device device) {
   at::Tensor y;
   const Region region = measure_region(device, [&] {
-    detail::DropSavedTensorsScope drop_saved;
-    y = chain.forward_stage(i, x, chain.stages()[i].options.front());
+    run_without_saving([&] { y = chain.forward_stage(i, x, chain.stages()[i].options.front()); });
   });
   return {region.seconds, region.peak_above_start() - storage_bytes(y)};
 }
@@ -163,14 +133,8 @@ struct StageSamples {
 void sample_early_stop(Chain& chain, int64_t i, const at::Tensor& x, const std::string& option, size_t saved,
                        c10::Device device, bool keep, StageSamples& samples, size_t o) {
   std::vector<at::Tensor> kept;  // held past the region: what the recompute hands to the backward
-  const Region region = measure_region(device, [&] {
-    if (saved == 0) return;
-    detail::SavedTensorHooksScope hooks([&] { return std::make_unique<KeepUntilLast>(kept, saved); });
-    try {
-      chain.run_stage(i, x, option);
-    } catch (const StopAtLastSaved&) {
-    }
-  });
+  const Region region =
+      measure_region(device, [&] { kept = run_until_saved([&] { chain.run_stage(i, x, option); }, saved); });
   if (!keep) return;
   StageRunCost& rc = samples.runs[o][1];
   samples.forward[o][1].push_back(saved > 0 ? region.seconds : 0.0);
@@ -314,23 +278,26 @@ ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const
   const size_t n = plan->items.size();
   ItemTimes times{std::vector<double>(n), std::vector<double>(n)};
   std::vector<Clock::time_point> arrived(n);
-  at::Tensor a = input;
-  for (size_t k = 0; k < n; ++k) {
-    detail::synchronize_if_cuda(device);
-    const auto start = Clock::now();
-    a = detail::run_plan_item(chain, plan, plan->items[k], a);
-    times.forward[k] = seconds_since(start, device);
-    if (k + 1 < n && a.requires_grad()) {
-      a.register_hook([&arrived, k, device](const at::Tensor&) {
-        detail::synchronize_if_cuda(device);
+  Clock::time_point item_start;
+  PlanItemObserver observer;
+  observer.before = [&](size_t) {
+    synchronize_device(device);
+    item_start = Clock::now();
+  };
+  observer.after = [&](size_t k, const at::Tensor& output) {
+    times.forward[k] = seconds_since(item_start, device);
+    if (k + 1 < n && output.requires_grad()) {
+      at::Tensor(output).register_hook([&arrived, k, device](const at::Tensor&) {
+        synchronize_device(device);
         arrived[k] = Clock::now();
       });
     }
-  }
+  };
+  const at::Tensor a = run_plan_observed(chain, *plan, input, observer);
   const at::Tensor seed = at::ones_like(a);
   const auto start = Clock::now();
   torch::autograd::backward({a}, {seed});
-  detail::synchronize_if_cuda(device);
+  synchronize_device(device);
   const auto end = Clock::now();
   for (size_t k = 0; k < n; ++k) {
     const auto from = k + 1 < n ? arrived[k] : start;
@@ -577,7 +544,7 @@ std::pair<double, double> segment_fixed_seconds(const at::Tensor& like, Checkpoi
     std::array<double, 2> forward{}, backward{};
     for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
       at::Tensor x = at::ones({}, like.options().dtype(at::kFloat)).requires_grad_(true);
-      detail::synchronize_if_cuda(device);
+      synchronize_device(device);
       auto start = Clock::now();
       at::Tensor y = checkpointed ? checkpoint(square, x, CheckpointOptions().mode(mode)) : square(x);
       forward[checkpointed] = seconds_since(start, device);
@@ -617,7 +584,7 @@ std::vector<at::Tensor> stage_inputs(Chain& chain, const at::Tensor& input) {
 // What one checkpointed segment holds beyond its tensors (its RNG state).
 int64_t segment_held_bytes(const at::Tensor& input, c10::Device device) {
   at::Tensor probe = at::ones({1}, input.options().dtype(at::kFloat)).requires_grad_(true);
-  detail::synchronize_if_cuda(device);
+  synchronize_device(device);
   const int64_t before = memory_stats(device).current_bytes;
   at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe);
   return std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
@@ -682,7 +649,7 @@ CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOpti
   if (device.is_cpu()) install_cpu_memory_tracker();
   // Profiling runs every stage many times: the model's gradients, running statistics and the RNG
   // streams are put back afterwards, so planning leaves training exactly as it was.
-  const detail::ChainStateGuard untouched(chain, input);
+  const ChainStateGuard untouched(chain, input);
   const TimingThreads threads(options.threads());
 
   CostTable table;

@@ -86,7 +86,7 @@ BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Stra
   const bool none_listed = none_it != strategies.end();
   BenchMeasurements measured;
   measured.none_index = none_listed ? static_cast<size_t>(none_it - strategies.begin()) : plans.size();
-  if (!none_listed) plans.push_back(Plan::plain(models::GptChainShape(options.model.layers(), "block")));
+  if (!none_listed) plans.push_back(Plan::plain(models::GptChainShape(options.model.layers(), models::GptGranularity::block)));
 
   std::cerr << "measuring " << plans.size() << " strategies: one warm-up round, then " << flags.steps
             << " interleaved rounds (" << model_title(options) << ")\n";
@@ -123,7 +123,7 @@ Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
               {"peak_error_fraction", "peak error"}, {"predicted_overhead_fraction", "predicted overhead"},
               Column::data("within_budget"), {"on_pareto_frontier", "Pareto"}});
   const PlanMeasurement& none = r.measured.none();
-  const double predicted_none = costs.unchecked().step_seconds;
+  const Prediction predicted_none = costs.unchecked();
   const nlohmann::json none_value;
   for (size_t i = 0; i < r.strategies.size(); ++i) {
     const Strategy& s = r.strategies[i];
@@ -135,7 +135,7 @@ Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
     if (s.prediction) {
       const double error = static_cast<double>(s.prediction->peak_bytes - m.activation_peak_bytes) /
                            static_cast<double>(std::max<int64_t>(m.activation_peak_bytes, 1));
-      const double fraction = s.prediction->step_seconds / predicted_none - 1.0;
+      const double fraction = remat::predicted_overhead(*s.prediction, predicted_none);
       predicted_peak = Cell(format_bytes(s.prediction->peak_bytes), s.prediction->peak_bytes);
       peak_error = Cell(percent(error), error);
       predicted_overhead = Cell(percent(fraction), fraction);

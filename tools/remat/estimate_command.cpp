@@ -38,7 +38,7 @@ void run_estimate(EstimateFlags& flags) {
   f.model.validate();
   std::ostream& out = human_output(flags.json);
   models::EstimateOptions half_options = f.options;
-  half_options.granularity = "half";
+  half_options.granularity = models::GptGranularity::half;
   const models::GptEstimate est = models::estimate_gpt(f.model, half_options);
   const ModelCosts costs{est.costs};
 
@@ -68,7 +68,6 @@ void run_estimate(EstimateFlags& flags) {
 
   const int64_t unchecked = costs.unchecked_peak_bytes();
   const int64_t least = least_feasible_budget(costs.half);
-  const double none_seconds = costs.unchecked().step_seconds;
   out << "\nwhole model, " << f.model.layers() << " layers: activation peak per policy (the simulator on these costs; "
             << "times from FLOPs at " << fixed(f.options.flops_per_second / 1e12, 2) << " TFLOP/s):\n";
   Table policies({"policy", "activation peak GiB", "vs none", "time overhead"});
@@ -78,9 +77,9 @@ void run_estimate(EstimateFlags& flags) {
     if (o.planner != PlannerKind::policy) continue;
     policies.add_row({o.name, gib(o.prediction.peak_bytes),
                       fixed(100.0 * static_cast<double>(o.prediction.peak_bytes) / static_cast<double>(unchecked), 1) + "%",
-                      percent(o.prediction.step_seconds / none_seconds - 1)});
+                      percent(o.predicted_overhead())});
     json_policies.push_back({{"policy", o.name}, {"peak_bytes", o.prediction.peak_bytes},
-                             {"overhead", o.prediction.step_seconds / none_seconds - 1}});
+                             {"overhead", o.predicted_overhead()}});
   }
   policies.print(out);
   out << "least activation memory any plan needs (optimal planner): " << gib(least) << " GiB\n";

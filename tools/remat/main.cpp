@@ -28,10 +28,10 @@ std::string flag_of(const std::string& field) {
       {"GptConfig::sequence", "--seq"}, {"GptConfig::dropout", "--dropout"}, {"GptConfig::vocabulary", "--vocab"}, {"TrainOptions::batch", "--batch"},
       {"batch", "--batch"}, {"TrainOptions::lr", "--lr"}, {"TrainOptions::warmup_steps", "--warmup"},
       {"TrainOptions::steps", "--steps"}, {"TrainOptions::threads", "--threads"},
-      {"TrainOptions::data_file", "--data"}, {"TrainOptions::budget", "--budget"},
-      {"TrainOptions::plan_file", "--plan"}, {"TrainOptions::resume_dir", "--resume"},
+      {"TrainOptions::data_file", "--data"}, {"PlanRequest::of_budget", "--budget"},
+      {"TrainOptions::resume_dir", "--resume"},
       {"TrainOptions::save_dir", "--save-state"}, {"TrainOptions::save_every", "--save-every"},
-      {"TrainOptions::keep_last", "--keep-last"}, {"TrainOptions::profile_repeats", "--repeats"},
+      {"TrainOptions::keep_last", "--keep-last"}, {"ProfileOptions::repeats", "--repeats"},
       {"TrainOptions::micro_batch", "--micro-batch"}, {"TrainOptions::maximize_throughput", "--maximize throughput"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;

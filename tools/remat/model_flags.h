@@ -22,6 +22,8 @@ enum class ModelUse {
 
 struct ModelFlags {
   train::TrainOptions options;
+  /// --checkpoint-mode where a command offers it: how a policy's or budget's plan checkpoints.
+  CheckpointMode checkpoint_mode = CheckpointMode::reentrant;
   std::string preset;
   std::string dtype = "fp32";  ///< estimate only
   ModelUse use = ModelUse::run;

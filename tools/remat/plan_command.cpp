@@ -47,7 +47,7 @@ struct PlanFlags {
 // `--verify`: one step plain and one under `plan` from the same RNG state, on the sample batch.
 void print_verification(const train::TrainOptions& options, const Plan& plan, std::ostream& out) {
   SampleModel sample = make_sample_model(options);
-  models::GptChain chain(sample.model, plan.granularity);
+  models::GptChain chain(sample.model, models::gpt_granularity_of(plan));
   chain.set_targets(sample.targets);
   out << "verify: " << verify_plan(chain, plan, sample.tokens).to_string();
 }
@@ -56,7 +56,7 @@ void run_policy_plan(PlanFlags& flags) {
   const auto& config = flags.model.options.model;
   config.validate();
   const std::string policy = flags.policy.empty() ? "block" : flags.policy;
-  const PlanRequest request = PlanRequest::of_policy(policy).mode(flags.model.options.checkpoint_mode);
+  const PlanRequest request = PlanRequest::of_policy(policy).mode(flags.model.checkpoint_mode);
   const Plan plan = models::gpt_choose_plan(request, config.layers()).plan;
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
@@ -71,32 +71,23 @@ void run_policy_plan(PlanFlags& flags) {
   if (flags.verify) print_verification(flags.model.options, plan, flags.json ? std::cerr : std::cout);
 }
 
-// A budget's optimal plan, and what every planner and manual policy gives at the same bytes.
-struct BudgetResult {
+// A budget as given, its optimal plan, and what every planner and manual policy gives at the same bytes.
+struct BudgetPlans {
   std::string text;
-  int64_t bytes;
   PlanResult optimal;
   std::vector<PlanResult> others;
-  int64_t least;
-  double solve_seconds;
-};
-
-// The predictions for the plan that checkpoints nothing: every overhead is relative to its step.
-struct UncheckedPrediction {
-  int64_t peak_bytes = 0;
-  double step_seconds = 0;
 };
 
 ModelCosts load_or_profile(const PlanFlags& flags, std::ostream& out) {
   const auto& options = flags.model.options;
   if (!flags.profile_file.empty()) return load_profile_for(flags.profile_file, options);
   out << "profiling the GPT (" << options.model.describe() << ", batch " << options.batch << ")...\n";
-  return profile_model(options, flags.repeats);
+  return profile_model(options, flags.repeats, flags.model.checkpoint_mode);
 }
 
-std::vector<BudgetResult> plan_budgets(const ModelCosts& costs, const std::vector<std::string>& budgets,
-                                       const PlanFlags& flags) {
-  std::vector<BudgetResult> results;
+std::vector<BudgetPlans> plan_budgets(const ModelCosts& costs, const std::vector<std::string>& budgets,
+                                      const PlanFlags& flags) {
+  std::vector<BudgetPlans> results;
   // Each budget's plan is run once on the sample batch: a plan whose measured peak passes the
   // budget is planned again (plan_verified), unless --no-verify-fit.
   MeasurePeak measure;
@@ -105,28 +96,24 @@ std::vector<BudgetResult> plan_budgets(const ModelCosts& costs, const std::vecto
     measure = models::gpt_measure_peak(sample.model, sample.tokens, sample.targets);
   }
   for (const auto& text : budgets) {
-    BudgetResult r{text, 0, {}, {}, -1, 0};
-    const auto start = std::chrono::steady_clock::now();
-    const PlanRequest request =
-        PlanRequest::of_budget(Budget::parse(text)).mode(flags.model.options.checkpoint_mode).memory_slots(flags.slots);
-    r.optimal = *models::gpt_choose_plan(request, costs.layers(), [&costs] { return costs; }, measure).planned;
-    r.bytes = r.optimal.budget_bytes;
-    r.least = r.optimal.least_feasible_budget_bytes;
-    r.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    r.others = models::gpt_compare_planners(costs, Budget::bytes(r.bytes), PlannerOptions().memory_slots(flags.slots));
+    const PlanRequest request = PlanRequest::of_budget(Budget::parse(text))
+                                    .planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots));
+    BudgetPlans r{text, {}, {}};
+    r.optimal = *models::gpt_choose_plan(request, costs.layers(), [&costs](const ProfileOptions&) { return costs; }, measure).planned;
+    r.others = models::gpt_compare_planners(costs, Budget::bytes(r.optimal.budget_bytes), request.planner());
     results.push_back(std::move(r));
   }
   return results;
 }
 
 // Prints the budget's optimal plan beside every other planner and policy; returns the budget's JSON.
-nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPrediction& unchecked, std::ostream& out) {
-  const double none_seconds = unchecked.step_seconds;
-  out << "\nbudget " << r.text << " = " << format_bytes(r.bytes) << " (least feasible " << format_bytes(r.least)
-      << "; planned in " << fixed(r.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
+nlohmann::json print_budget_result(const BudgetPlans& r, std::ostream& out) {
+  out << "\nbudget " << r.text << " = " << format_bytes(r.optimal.budget_bytes) << " (least feasible "
+      << format_bytes(r.optimal.least_feasible_budget_bytes) << "; planned in " << fixed(r.optimal.solve_seconds * 1e3, 1)
+      << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
       << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
       << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
-      << percent(r.optimal.prediction.step_seconds / none_seconds - 1) << " ± "
+      << percent(r.optimal.predicted_overhead()) << " ± "
       << percent(r.optimal.predicted_overhead_spread()) << "\n";
   if (!r.optimal.timed_under.empty()) out << "  timed under " << r.optimal.timed_under << "\n";
   if (r.optimal.measured_peak_bytes >= 0) {
@@ -135,52 +122,51 @@ nlohmann::json print_budget_result(const BudgetResult& r, const UncheckedPredict
   }
   Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
   table.add_row({"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes",
-                 percent(r.optimal.prediction.step_seconds / none_seconds - 1)});
+                 percent(r.optimal.predicted_overhead())});
   nlohmann::json policies = nlohmann::json::array();
   for (const auto& o : r.others) {
     const bool has_plan = !o.plan.stage_names.empty();
     table.add_row({o.name, has_plan ? format_bytes(o.prediction.peak_bytes) : "-", o.feasible ? "yes" : "no",
-                   has_plan ? percent(o.prediction.step_seconds / none_seconds - 1) : "-"});
+                   has_plan ? percent(o.predicted_overhead()) : "-"});
     policies.push_back({{"name", o.name}, {"fits", o.feasible},
                         {"predicted_peak_bytes", has_plan ? nlohmann::json(o.prediction.peak_bytes) : nlohmann::json()},
-                        {"predicted_overhead", has_plan ? nlohmann::json(o.prediction.step_seconds / none_seconds - 1)
-                                                        : nlohmann::json()}});
+                        {"predicted_overhead", has_plan ? nlohmann::json(o.predicted_overhead()) : nlohmann::json()}});
   }
   table.print(out);
-  nlohmann::json result = {{"budget", r.text}, {"budget_bytes", r.bytes}, {"plan", r.optimal.plan.to_string()},
+  nlohmann::json result = {{"budget", r.text}, {"budget_bytes", r.optimal.budget_bytes}, {"plan", r.optimal.plan.to_string()},
                            {"plan_json", nlohmann::json::parse(r.optimal.plan.to_json())},
                            {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
                            {"predicted_step_seconds", r.optimal.prediction.step_seconds},
-                           {"predicted_overhead", r.optimal.prediction.step_seconds / none_seconds - 1},
+                           {"predicted_overhead", r.optimal.predicted_overhead()},
                            {"predicted_overhead_spread", r.optimal.predicted_overhead_spread()},
                            {"timed_under", r.optimal.timed_under},
-                           {"least_feasible_budget_bytes", r.least},
+                           {"least_feasible_budget_bytes", r.optimal.least_feasible_budget_bytes},
                            {"verified_peak_bytes", r.optimal.measured_peak_bytes >= 0
                                                        ? nlohmann::json(r.optimal.measured_peak_bytes)
                                                        : nlohmann::json()},
                            {"replans", r.optimal.replans},
-                           {"unchecked_peak_bytes", unchecked.peak_bytes},
-                           {"solve_seconds", r.solve_seconds}, {"policies", policies}};
+                           {"unchecked_peak_bytes", r.optimal.unchecked.peak_bytes},
+                           {"solve_seconds", r.optimal.solve_seconds}, {"policies", policies}};
   return result;
 }
 
 // What --measure runs, each distinct plan once: the unchecked plan first (the reference for every
 // overhead), then each budget's optimal plan and the manual policies.
 // Each budget's optimal plan as measured against its prediction and the fastest manual policy that fits.
-void print_budget_measurements(const MeasuredComparison& c, const std::vector<BudgetResult>& results,
-                               double none_seconds, nlohmann::json& json_results, std::ostream& out) {
+void print_budget_measurements(const MeasuredComparison& c, const std::vector<BudgetPlans>& results,
+                               nlohmann::json& json_results, std::ostream& out) {
   Table table({"budget", "optimal: predicted peak", "measured peak", "error", "predicted overhead", "measured overhead",
                "measured 95%", "in spread", "best manual fitting", "its measured overhead", "optimal <= best"});
   for (size_t b = 0; b < c.budgets.size(); ++b) {
     const BudgetComparison& bc = c.budgets[b];
-    const BudgetResult& r = results[b];
+    const BudgetPlans& r = results[b];
     const int64_t measured_peak = bc.measured.measured.activation_peak_bytes;
     const std::string best_name = bc.best_policy ? c.policies[*bc.best_policy].name : "(none fits)";
     const double error = static_cast<double>(r.optimal.prediction.peak_bytes - measured_peak) /
                          static_cast<double>(measured_peak);
-    table.add_row({r.text + " (" + format_bytes(r.bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
+    table.add_row({r.text + " (" + format_bytes(r.optimal.budget_bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
                    format_bytes(measured_peak) + (bc.fits ? "" : " OVER"), percent(error),
-                   percent(r.optimal.prediction.step_seconds / none_seconds - 1), percent(bc.measured.overhead),
+                   percent(r.optimal.predicted_overhead()), percent(bc.measured.overhead),
                    percent(bc.measured.overhead_low) + " to " + percent(bc.measured.overhead_high),
                    bc.prediction_within_spread ? "yes" : "no", best_name, bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
                    bc.ratio_to_best_policy <= 1 ? "yes" : "no"});
@@ -205,8 +191,8 @@ void print_manual_measurements(const MeasuredComparison& c, std::ostream& out) {
   all.print(out);
 }
 
-void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetResult>& results, double none_seconds,
-                         nlohmann::json& json_results, std::ostream& out) {
+void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetPlans>& results, nlohmann::json& json_results,
+                         std::ostream& out) {
   // One model, one batch; every plan measured in interleaved rounds.
   const SampleModel sample = make_sample_model(flags.model.options);
   std::vector<PlanResult> optimal;
@@ -215,12 +201,12 @@ void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetResult>
   for (const auto& o : results.front().others) {
     if (o.planner == PlannerKind::policy) policies.push_back({o.name, o.plan});
   }
-  const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers(), "block"));
+  const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers(), models::GptGranularity::block));
   const MeasuredComparison c = compare_measured(unchecked, optimal, policies, [&](const std::vector<Plan>& plans) {
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
     return models::gpt_measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
   });
-  print_budget_measurements(c, results, none_seconds, json_results, out);
+  print_budget_measurements(c, results, json_results, out);
   print_manual_measurements(c, out);
 }
 
@@ -231,14 +217,14 @@ void run_budget_plan(PlanFlags& flags) {
   REMAT_CHECK(!budgets.empty(), "--budget: give at least one budget, as in --budget 50% or --budget 200MiB.");
   std::ostream& out = human_output(flags.json);
   const ModelCosts costs = load_or_profile(flags, out);
-  const UncheckedPrediction unchecked{costs.unchecked_peak_bytes(), costs.unchecked().step_seconds};
+  const Prediction unchecked = costs.unchecked();
   out << "unchecked activation peak (predicted): " << format_bytes(unchecked.peak_bytes) << ", step "
       << fixed(unchecked.step_seconds, 3) << " s\n";
 
-  const std::vector<BudgetResult> results = plan_budgets(costs, budgets, flags);
+  const std::vector<BudgetPlans> results = plan_budgets(costs, budgets, flags);
   nlohmann::json json_results = nlohmann::json::array();
-  for (const auto& r : results) json_results.push_back(print_budget_result(r, unchecked, out));
-  if (flags.measure) measure_and_compare(flags, results, unchecked.step_seconds, json_results, out);
+  for (const auto& r : results) json_results.push_back(print_budget_result(r, out));
+  if (flags.measure) measure_and_compare(flags, results, json_results, out);
 
   if (!flags.save_file.empty()) {
     REMAT_CHECK(results.size() == 1, "--save-plan writes one plan: give one budget.");
@@ -356,7 +342,7 @@ void run_throughput_plan(PlanFlags& flags) {
   for (const int64_t b : sizes) out << " " << b;
   out << "...\n";
   const ProfiledBatches profiled = models::profile_gpt_batches(sample.model, sample.tokens, sample.targets, sizes,
-                                                               flags.repeats, options.checkpoint_mode);
+                                                               budget_profile_options().repeats(flags.repeats).mode(flags.model.checkpoint_mode));
   out << "profiles on one clock (each unchecked step measured in one interleaved series): times scaled by";
   for (size_t i = 0; i < profiled.tables.size(); ++i) {
     out << (i ? ", " : " ") << fixed(profiled.time_scales[i], 2) << " at batch " << profiled.tables[i].first;
@@ -374,7 +360,7 @@ void run_throughput_plan(PlanFlags& flags) {
     ThroughputRow row{text,
                       plan_throughput(profiled.costs_at(), options.batch, Budget::parse(text),
                                       ThroughputOptions().planner(
-                                          PlannerOptions().mode(options.checkpoint_mode).memory_slots(flags.slots))),
+                                          PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots))),
                       {}};
     if (flags.measure) {
       out << "measuring the frontier at budget " << text << ", " << flags.measure_steps << " interleaved steps per plan...\n";
@@ -410,7 +396,7 @@ void add_plan_command(CLI::App& app) {
   plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Planning");
   add_budget_option(*plan, flags->budgets, "Plan for each of these activation budgets");
   add_profile_options(*plan, flags->profile_file, flags->repeats, flags->slots);
-  add_checkpoint_mode_option(*plan, flags->model.options.checkpoint_mode,
+  add_checkpoint_mode_option(*plan, flags->model.checkpoint_mode,
                              "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)");
   plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")
       ->group("Measurement");

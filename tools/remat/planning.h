@@ -33,7 +33,7 @@ SeededStep seeded_step(SampleModel& sample, Chain& chain, const Plan& plan, uint
 /// Profiles the GPT of `options` (half-block chain) on a batch of its corpus.
 /// The GPT's half-block profile on the options' sample batch; segment ends costed for the options'
 /// checkpoint mode (ProfileOptions::mode).
-ModelCosts profile_model(const train::TrainOptions& options, int repeats);
+ModelCosts profile_model(const train::TrainOptions& options, int repeats, CheckpointMode mode);
 void save_profile(const ModelCosts& costs, const std::string& path);
 /// A saved profile, checked to describe the GPT and batch of `options`.
 ModelCosts load_profile_for(const std::string& path, const train::TrainOptions& options);

@@ -28,14 +28,14 @@ void add_profile_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
   cmd->add_option("--save-profile", flags->save_file, "Write the profile as JSON to this file (for --profile FILE)")
       ->group("Output");
-  add_checkpoint_mode_option(*cmd, flags->model.options.checkpoint_mode,
+  add_checkpoint_mode_option(*cmd, flags->model.checkpoint_mode,
                              "Cost segment ends for this mode: reentrant (the GPT's graph-only stages), non-reentrant "
                              "(the generic early stop: each stage's forward stopped at its last saved tensor)");
   add_json_flag(*cmd, flags->json);
   cmd->callback([flags] {
     flags->model.apply_preset();
     std::ostream& out = human_output(flags->json);
-    const ModelCosts costs = profile_model(flags->model.options, flags->repeats);
+    const ModelCosts costs = profile_model(flags->model.options, flags->repeats, flags->model.checkpoint_mode);
     out << costs.half.to_table();
     if (!flags->save_file.empty()) {
       save_profile(costs, flags->save_file);

@@ -22,7 +22,7 @@ std::string strip_prefix(const std::string& message) {
 // One step of `plan` recorded at every allocation and free; the model's gradients must already
 // exist (a warm-up step) so the timeline shows a steady-state step.
 TimelineSeries trace_step(SampleModel& sample, const Strategy& strategy, uint64_t seed) {
-  models::GptChain chain(sample.model, strategy.plan.granularity);
+  models::GptChain chain(sample.model, models::gpt_granularity_of(strategy.plan));
   chain.set_targets(sample.targets);
   TimelineSeries series;
   series.name = strategy.name;
@@ -82,10 +82,10 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
       s.name = "optimal " + text + suffix;
       s.planner = true;
       s.budget_text = text;
-      const PlanRequest request = PlanRequest::of_budget(Budget::parse(text)).mode(mode).memory_slots(slots);
+      const PlanRequest request = PlanRequest::of_budget(Budget::parse(text)).planner(PlannerOptions().mode(mode).memory_slots(slots));
       std::optional<PlanResult> planned;
       try {
-        planned = models::gpt_choose_plan(request, layers, [costs] { return *costs; }).planned;
+        planned = models::gpt_choose_plan(request, layers, [costs](const ProfileOptions&) { return *costs; }).planned;
       } catch (const c10::Error& e) {
         // The default budgets suit the reference model; on another the planner may find one
         // infeasible: say which flag sets them.
@@ -108,7 +108,7 @@ ModelCosts strategy_costs(const StrategyFlags& flags) {
     return load_profile_for(flags.profile_file, options);
   }
   std::cerr << "profiling the GPT's stages (" << flags.repeats << " interleaved repeats)...\n";
-  return profile_model(options, flags.repeats);
+  return profile_model(options, flags.repeats, CheckpointMode::reentrant);  // the reentrant table: both modes' plans are costed on it
 }
 
 std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,

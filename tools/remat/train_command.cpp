@@ -25,6 +25,7 @@ namespace {
 
 struct TrainFlags {
   ModelFlags model;
+  std::string policy = "none", plan_file;
   std::vector<std::string> budgets;
   std::string maximize;
   bool verify = false;
@@ -79,7 +80,15 @@ void apply_train_flags(TrainFlags& flags) {
   auto& options = flags.model.options;
   REMAT_CHECK(flags.budgets.size() <= 1, "--budget: train runs under one plan; give one budget, not ",
               flags.budgets.size(), " (`remat plan --budget` compares several).");
-  if (!flags.budgets.empty()) options.budget = flags.budgets.front();
+  if (!flags.budgets.empty()) {
+    options.plan = PlanRequest::of_budget(Budget::parse(flags.budgets.front()));
+  } else if (!flags.plan_file.empty()) {
+    // The GPT's longest chain is its half-block one: embed, two halves a layer, head.
+    options.plan = PlanRequest::of_plan_file(flags.plan_file, 2 * options.model.layers() + 2);
+  } else {
+    options.plan = PlanRequest::of_policy(flags.policy);
+  }
+  options.plan.mode(flags.model.checkpoint_mode);
   options.maximize_throughput = flags.maximize == "throughput";
   REMAT_CHECK(flags.bucket_mib > 0, "--bucket-mib must be positive, got ", flags.bucket_mib, ".");
 }
@@ -255,7 +264,7 @@ void run_train(TrainFlags& flags) {
   const int ranks = options.process_group ? options.process_group->world_size() : 1;
   std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
   std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
-  if (!options.budget.empty()) out << "profiling for --budget " << options.budget << "...\n";
+  if (options.plan.kind() == PlanRequest::Kind::budget) out << "profiling for --budget " << options.plan.name() << "...\n";
   // With a budget, the trainer profiles its model and plans; every input is checked first.
   train::Trainer trainer(options);
   print_run_header(flags, trainer, ranks, out);
@@ -292,10 +301,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()->group("Training");
   cmd->add_option("--lr", o.lr, "Peak learning rate of AdamW")->capture_default_str()->group("Training");
   cmd->add_option("--warmup", o.warmup_steps, "Linear warm-up, steps")->capture_default_str()->group("Training");
-  cmd->add_option("--policy", o.policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Planning");
-  cmd->add_option("--plan", o.plan_file, "A plan saved by `remat plan --save-plan`, instead of --policy")->group("Planning");
+  cmd->add_option("--policy", flags->policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Planning");
+  cmd->add_option("--plan", flags->plan_file, "A plan saved by `remat plan --save-plan`, instead of --policy")->group("Planning");
   add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget, instead of --policy");
-  add_checkpoint_mode_option(*cmd, o.checkpoint_mode,
+  add_checkpoint_mode_option(*cmd, flags->model.checkpoint_mode,
                              "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)");
   cmd->add_option("--micro-batch", o.micro_batch,
                   "Sequences per forward and backward: --batch runs as equal micro-batches whose gradients accumulate "

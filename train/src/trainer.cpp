@@ -41,18 +41,17 @@ void check_options(const TrainOptions& o) {
   REMAT_CHECK(o.warmup_steps >= 0, field("TrainOptions::warmup_steps"), " must be >= 0, got ", o.warmup_steps, ".");
   REMAT_CHECK(o.steps >= 0, field("TrainOptions::steps"), " must be >= 0, got ", o.steps, ".");
   REMAT_CHECK(o.threads >= 1, field("TrainOptions::threads"), " must be at least 1, got ", o.threads, ".");
-  REMAT_CHECK(o.budget.empty() || o.plan_file.empty(), "give ", field("TrainOptions::budget"), " or ", field("TrainOptions::plan_file"), ", not both.");
-  REMAT_CHECK(o.profile_repeats >= 1, field("TrainOptions::profile_repeats"), " must be at least 1, got ", o.profile_repeats, ".");
+  REMAT_CHECK(o.plan.profile().repeats() >= 1, field("ProfileOptions::repeats"), " must be at least 1, got ",
+              o.plan.profile().repeats(), ".");
   REMAT_CHECK(o.save_every >= 0, field("TrainOptions::save_every"), " must be >= 0 (0: no periodic saves), got ", o.save_every, ".");
   REMAT_CHECK(o.save_every == 0 || !o.save_dir.empty(),
               field("TrainOptions::save_every"), " needs ", field("TrainOptions::save_dir"), ": say where the periodic saves go.");
   REMAT_CHECK(o.keep_last >= 1, field("TrainOptions::keep_last"), " must be at least 1, got ", o.keep_last, ".");
-  if (!o.budget.empty()) Budget::parse(o.budget);  // its form, before anything is allocated
   REMAT_CHECK(o.micro_batch >= 0 && (o.micro_batch == 0 || o.batch % o.micro_batch == 0), field("TrainOptions::micro_batch"),
               " must divide ", field("TrainOptions::batch"), " (", o.batch, ") so that its micro-batches are equal, got ",
               o.micro_batch, "; 0 runs the whole batch at once.");
-  REMAT_CHECK(!o.maximize_throughput || !o.budget.empty(), field("TrainOptions::maximize_throughput"), " needs ",
-              field("TrainOptions::budget"), ": the micro-batch is chosen for the most throughput under it.");
+  REMAT_CHECK(!o.maximize_throughput || o.plan.kind() == PlanRequest::Kind::budget, field("TrainOptions::maximize_throughput"),
+              " needs a budget (", field("PlanRequest::of_budget"), "): the micro-batch is chosen for the most throughput under it.");
   REMAT_CHECK(!o.maximize_throughput || o.micro_batch == 0, "give ", field("TrainOptions::micro_batch"), " or ",
               field("TrainOptions::maximize_throughput"), " (which chooses it), not both.");
   REMAT_CHECK(!o.process_group || (!o.maximize_throughput && (o.micro_batch == 0 || o.micro_batch == o.batch)),
@@ -107,19 +106,8 @@ void check_ranks_agree(const TrainOptions& o, const Corpus& corpus) {
        "data " + corpus.source() + ", " + std::to_string(corpus.bytes().size()) + " bytes",
        "seed " + std::to_string(o.seed), "steps " + std::to_string(o.steps),
        "lr " + std::to_string(o.lr) + ", warm-up " + std::to_string(o.warmup_steps),
-       "plan from " + (o.budget.empty() ? o.plan_file.empty() ? "policy " + o.policy : std::string("a plan file")
-                                        : "budget " + o.budget),
+       "plan from " + (o.plan.kind() == PlanRequest::Kind::plan ? std::string("a plan file") : o.plan.describe()),
        "resume " + std::string(o.resume_dir.empty() ? "no" : "yes")});
-}
-
-// What the options ask to run: a plan file, the optimal plan for a budget, or a policy.
-PlanRequest plan_request(const TrainOptions& o) {
-  // The GPT's longest chain is its half-block one: embed, two halves a layer, head.
-  if (!o.plan_file.empty()) return PlanRequest::of_plan_file(o.plan_file, 2 * o.model.layers() + 2);
-  if (!o.budget.empty()) {
-    return PlanRequest::of_budget(Budget::parse(o.budget)).mode(o.checkpoint_mode).memory_slots(o.memory_slots);
-  }
-  return PlanRequest::of_policy(o.policy).mode(o.checkpoint_mode);
 }
 
 // The saved state to resume from, checked against this run; empty when the run starts afresh.
@@ -165,8 +153,8 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
     world_size_ = options_.process_group->world_size();
     check_ranks_agree(options_, *corpus_);
   }
-  const PlanRequest request = plan_request(options_);
-  const std::string granularity = models::gpt_request_granularity(request);
+  const PlanRequest& request = options_.plan;
+  const models::GptGranularity granularity = models::gpt_request_granularity(request);
   check_fits_in_memory(options_, request);
   const std::pair<fs::path, nlohmann::json> resumed = load_resumed_state(options_, *corpus_);
   if (!options_.save_dir.empty() && rank_ == 0) check_state_dir_writable(options_.save_dir);  // before any step
@@ -205,7 +193,7 @@ void Trainer::choose_plan(const PlanRequest& request) {
     // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
     // same order (timing noise could otherwise give each rank a plan of its own).
     plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
-    plan_source_ = "optimal for budget " + options_.budget + " per rank (planned by rank 0)";
+    plan_source_ = "optimal for budget " + request.name() + " per rank (planned by rank 0)";
   } else {
     // Profiled and verified on the run's first batch (a sampler of its own: the run's batches are
     // unchanged), at the micro-batch size; both leave the model, its gradients and the RNG as they were.
@@ -215,31 +203,30 @@ void Trainer::choose_plan(const PlanRequest& request) {
     std::optional<CostTable> micro_costs;
     if (budget && options_.maximize_throughput) {
       const ProfiledBatches profiled = models::profile_gpt_batches(
-          model_, tokens, targets, default_profile_batches(options_.batch), options_.profile_repeats,
-          options_.checkpoint_mode);
-      const ThroughputChoice& choice = throughput_.emplace(plan_throughput(
-          profiled.costs_at(), options_.batch, request.budget(),
-          ThroughputOptions().planner(PlannerOptions().mode(request.mode()).memory_slots(request.memory_slots()))));
+          model_, tokens, targets, default_profile_batches(options_.batch),
+          ProfileOptions(request.profile()).mode(request.mode()));
+      const ThroughputChoice& choice = throughput_.emplace(
+          plan_throughput(profiled.costs_at(), options_.batch, request.budget(), ThroughputOptions().planner(request.planner())));
       micro_batch_ = choice.chosen().micro_batch;
       micro_costs = profiled.at(micro_batch_);
       // The whole batch's budget in bytes, for the micro-batch's plan.
       micro_request = PlanRequest::of_budget(Budget::bytes(choice.budget_bytes))
-                          .mode(request.mode())
-                          .memory_slots(request.memory_slots());
+                          .planner(request.planner())
+                          .profile(request.profile())
+                          .max_replans(request.max_replans());
     }
     const at::Tensor micro_tokens = tokens.narrow(0, 0, micro_batch_), micro_targets = targets.narrow(0, 0, micro_batch_);
     const ChosenPlan chosen = models::gpt_choose_plan(
         micro_request, options_.model.layers(),
-        [&] {
+        [&](const ProfileOptions& profile) {
           if (micro_costs) return models::GptCosts{*micro_costs};  // the throughput search's
-          return models::profile_gpt(model_, micro_tokens, micro_targets, options_.profile_repeats,
-                                     options_.checkpoint_mode);
+          return models::profile_gpt(model_, micro_tokens, micro_targets, profile);
         },
         models::gpt_measure_peak(model_, micro_tokens, micro_targets));
     plan_ = chosen.plan;
     plan_source_ = chosen.source;
     if (throughput_) {
-      plan_source_ = "most throughput under budget " + options_.budget + ": micro-batch " + std::to_string(micro_batch_) +
+      plan_source_ = "most throughput under budget " + request.name() + ": micro-batch " + std::to_string(micro_batch_) +
                      " x " + std::to_string(options_.batch / micro_batch_) + ", " + chosen.source;
     }
     budget_plan_ = chosen.planned;

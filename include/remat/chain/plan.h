@@ -11,7 +11,9 @@
 // Plans serialise to JSON and load with validation against the chain they are meant for.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -84,5 +86,15 @@ struct Plan {
 /// Checkpointed segments restore their stages' buffers (Chain::stage_buffers) after each
 /// recompute, so running statistics update once per step under every plan.
 at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input);
+
+/// What run_plan_observed calls around each top-level item of a plan (item k of Plan::items).
+struct PlanItemObserver {
+  std::function<void(size_t k)> before;                           ///< just before item k's forward
+  std::function<void(size_t k, const at::Tensor& output)> after;  ///< just after it, with its output
+};
+
+/// run_plan, with `observer` called around each top-level item: for code that times or hooks a
+/// plan item by item (the profiler's in-step pass). The same result and gradients as run_plan.
+at::Tensor run_plan_observed(Chain& chain, const Plan& plan, const at::Tensor& input, const PlanItemObserver& observer);
 
 }  // namespace remat

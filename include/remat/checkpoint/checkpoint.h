@@ -6,31 +6,11 @@
 // Backward recomputes `fn` from them with grad enabled, under the RNG, autocast and grad-mode
 // state of the forward, and back-propagates through the recomputed graph.
 //
-// Unlike PyTorch's reentrant `torch.utils.checkpoint`, tensors that require grad and are used
-// inside `fn` without being passed in `inputs` (a module's parameters) are found by recording the
-// forward's graph (with its saved tensors dropped, so nothing is kept) and become inputs of the
-// checkpoint's autograd node. Hence parameters get gradients even when no input requires grad,
-// `torch::autograd::grad` works, and a parameter's hooks fire once per backward.
-//
-// A tensor the forward saved for backward (an input, a parameter, a tensor `fn` captures) that
-// changes in place before the recompute reads it is refused with an error naming the checkpoint,
-// where the unchecked program raises LibTorch's "modified by an inplace operation": the version of
-// each is recorded at forward and compared before the recompute (PyTorch's checkpoint does not
-// check captured tensors; LibTorch skips the check for tensors saved through hooks).
-//
-// Under `torch::NoGradGuard`, `checkpoint` just calls `fn`.
-//
-// Two modes (CheckpointMode):
-//   reentrant      one autograd node for the whole function; its backward recomputes `fn` fully and
-//                  returns every input's and parameter's gradient at once (the above).
-//   non_reentrant  the forward runs `fn` under saved-tensor hooks that keep a handle instead of each
-//                  tensor an operation saves (only the inputs, RNG and autocast state are kept);
-//                  the backward's first unpack recomputes `fn` and stops as soon as every handle the
-//                  backward still needs is filled (an early stop, generic for any function).
-//                  Gradients flow through the forward's own graph: each parameter's gradient
-//                  accumulates when its node finishes, its hooks fire in the natural order, and
-//                  nothing is discovered by recording the forward twice. A second backward
-//                  (retain_graph) recomputes again.
+// Parameters used inside `fn` get their gradients (found by recording the forward's graph), a
+// saved tensor changed in place before the recompute is refused with an error, and under
+// torch::NoGradGuard `fn` is just called. Two modes (CheckpointMode): reentrant, one autograd node
+// recomputing `fn` whole; non_reentrant, saved-tensor hooks and a recompute that stops early.
+// How each works and what it promises: docs/design.md, "The checkpoint mechanism".
 #pragma once
 
 #include <functional>

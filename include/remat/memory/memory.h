@@ -34,6 +34,9 @@ bool cpu_memory_tracker_installed();
 MemoryStats memory_stats(c10::Device device = c10::kCPU);
 /// Sets the peak of `device` to its current bytes.
 void reset_peak_memory(c10::Device device = c10::kCPU);
+/// Waits for the work queued on `device` (a CUDA device's stream); on the CPU, returns at once.
+/// Before reading a clock or the counters above around work on a GPU.
+void synchronize_device(c10::Device device);
 
 /// What one training step cost. "Activation" figures are relative to what was held before the
 /// forward (parameters, optimizer state, the batch).

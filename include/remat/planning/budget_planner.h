@@ -22,6 +22,7 @@
 #include <torch/arg.h>
 
 #include "remat/planning/planner.h"
+#include "remat/planning/profiler.h"
 #include "remat/base/threads.h"
 
 namespace remat {
@@ -51,29 +52,33 @@ struct MeasuredChoiceOptions {
   TORCH_ARG(double, margin) = 0.03;
 };
 
+/// How often a plan is planned again when its measured peak passes the budget (plan_verified).
+constexpr int kDefaultMaxReplans = 3;
+
+/// The profile that plans for a budget: as ProfileOptions, and with the generic option "sac"
+/// (kSelectiveOption, chain.h) measured on every stage, so the planner can choose it where it pays.
+inline ProfileOptions budget_profile_options() { return ProfileOptions().selective_option(true); }
+
 struct BudgetPlanOptions {
-  /// Measured profiling runs per stage and option; times are their medians.
-  TORCH_ARG(int, repeats) = 3;
-  /// Unmeasured profiling runs first.
-  TORCH_ARG(int, warmup) = 1;
-  /// Memory grid of the dynamic program: the budget is cut into this many units.
-  TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
-  /// The checkpoint mode the plan will run in (the planner counts what each mode holds).
-  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
+  /// The checkpoint mode the plan will run in and the dynamic program's memory grid.
+  TORCH_ARG(PlannerOptions, planner) = {};
+  /// How the chain is profiled (repeats, warm-up, threads); run in the planner's mode. A profile
+  /// given whole replaces budget_profile_options(): start from it to keep the "sac" option.
+  TORCH_ARG(ProfileOptions, profile) = budget_profile_options();
   /// Plans again at most this many times when the plan's measured peak passes the budget; -1: do not
   /// measure (trust the prediction).
-  TORCH_ARG(int, max_replans) = 3;
-  /// Offer the planner the generic option "sac" on every stage (kSelectiveOption, chain.h):
-  /// profiled with the others, chosen where it pays.
-  TORCH_ARG(bool, selective_option) = true;
+  TORCH_ARG(int, max_replans) = kDefaultMaxReplans;
   /// The verified plan timed against the nearest rules of thumb, the fastest kept.
   TORCH_ARG(MeasuredChoiceOptions, choice) = {};
-  /// Oversubscribed CPU threads rearranged while profiling and measuring (threads.h).
-  TORCH_ARG(ThreadsWhileTiming, threads) = ThreadsWhileTiming::arranged;
 
  public:
-  /// The planner's part of these options.
-  PlannerOptions planner() const { return PlannerOptions().mode(mode_).memory_slots(memory_slots_); }
+  /// The mode plans run in, for the planner and the profile at once: a plan is profiled in the
+  /// mode it runs in.
+  BudgetPlanOptions& mode(CheckpointMode mode) {
+    planner_.mode(mode);
+    profile_.mode(mode);
+    return *this;
+  }
 };
 
 /// A plan's activation peak in bytes, measured in one training step.
@@ -86,7 +91,7 @@ using MeasurePeak = std::function<int64_t(const Plan&)>;
 /// `feasible` means measured within the budget (else least_feasible_budget_bytes is the least-memory
 /// plan's measured peak, and ensure_feasible() says so).
 PlanResult plan_verified(const CostTable& costs, const Budget& budget, const PlannerOptions& options,
-                         const MeasurePeak& measure_peak, int max_replans = 3);
+                         const MeasurePeak& measure_peak, int max_replans = kDefaultMaxReplans);
 
 /// The activation peak of one training step of `plan` on `sample_input` (after a warm-up step),
 /// the model left as it was (gradients, buffers, RNG). A chain without a loss is back-propagated
@@ -128,8 +133,5 @@ PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResul
 /// thumb where that is cheap (BudgetPlanOptions::choice, choose_by_measurement).
 PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options = {});
-
-/// The old name of PlanResult (remat 0.x); still accepted.
-using BudgetPlan = PlanResult;
 
 }  // namespace remat

@@ -4,7 +4,7 @@
 //   remat::PlanRequest request = remat::PlanRequest::of_budget("50%").mode(remat::CheckpointMode::non_reentrant);
 //   remat::ChosenPlan chosen = remat::choose_plan(request, {
 //       [&](const std::string& policy) { return remat::policy_plan(policy, chain); },   // policies.h
-//       [&] { return remat::profile_chain(chain, sample); }});                          // budgets only
+//       [&](const remat::ProfileOptions& o) { return remat::profile_chain(chain, sample, o); }});  // budgets only
 //   std::cout << chosen.source << "\n";                // "optimal for budget 50% = 12.0 MiB, ..."
 //   at::Tensor loss = remat::run_plan(chain, chosen.plan, x);
 //
@@ -39,15 +39,24 @@ class PlanRequest {
   /// The optimal plan for `budget` (planner.h).
   static PlanRequest of_budget(Budget budget);
 
-  /// The mode of a policy's or a budget's plan; a given plan keeps its own.
-  TORCH_ARG(CheckpointMode, mode) = CheckpointMode::reentrant;
-  /// The planner's memory grid, for a budget.
-  TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
+  /// The mode of a policy's or a budget's plan (a given plan keeps its own), and the planner's
+  /// memory grid for a budget.
+  TORCH_ARG(PlannerOptions, planner) = {};
+  /// How PlanSources::costs profiles the chain for a budget, in the planner's mode.
+  TORCH_ARG(ProfileOptions, profile) = budget_profile_options();
   /// For a budget whose sources can measure (PlanSources::measure_peak): how many times to plan
   /// again when the plan's measured peak passes the budget (plan_verified).
-  TORCH_ARG(int, max_replans) = 3;
+  TORCH_ARG(int, max_replans) = kDefaultMaxReplans;
 
  public:
+  /// The mode plans run in, for the planner and the profile at once.
+  PlanRequest& mode(CheckpointMode mode) {
+    planner_.mode(mode);
+    profile_.mode(mode);
+    return *this;
+  }
+  CheckpointMode mode() const { return planner_.mode(); }
+
   Kind kind() const { return kind_; }
   /// The policy (Kind::policy), the plan's source (Kind::plan) or the budget's text (Kind::budget).
   const std::string& name() const { return name_; }
@@ -68,8 +77,9 @@ class PlanRequest {
 struct PlanSources {
   /// A policy's plan for the model's chain; throws a clear error for a policy it does not know.
   std::function<Plan(const std::string& policy)> policy;
-  /// The chain's cost table (profiled or estimated); called only for a budget.
-  std::function<CostTable()> costs;
+  /// The chain's cost table, profiled with the options given (the request's profile(), in its
+  /// mode) or estimated; called only for a budget.
+  std::function<CostTable(const ProfileOptions&)> costs;
   /// Measures a plan's activation peak on the model (measure_plan_peak); where given, a budget's
   /// plan is verified to fit (plan_verified). Optional: without it the prediction is trusted.
   MeasurePeak measure_peak;
@@ -86,7 +96,7 @@ struct ChosenPlan {
 };
 
 /// The plan `request` names: the policy's (in the request's mode), the given plan, or the optimal plan
-/// for the budget on `sources.costs()`, verified with `sources.measure_peak` where given. Throws when
+/// for the budget on `sources.costs(request.profile())`, verified with `sources.measure_peak` where given. Throws when
 /// the budget is below what any plan needs (or measures), naming the least feasible budget, and when
 /// `sources` lacks what the request needs.
 ChosenPlan choose_plan(const PlanRequest& request, const PlanSources& sources);

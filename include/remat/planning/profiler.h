@@ -3,30 +3,9 @@
 //   remat::CostTable costs = remat::profile_chain(chain, tokens);
 //   std::cout << costs.to_table();
 //
-// Each stage runs on its real input (the previous stages' output) with each of its options: a
-// recording forward and a backward, both again graph-only (as the last stage of a recomputed
-// segment runs: Chain::forward_stage_graph_only, or for non-reentrant plans the forward stopped at
-// its last saved tensor), and a forward as a checkpointed segment runs it
-// (graph recorded, saved tensors dropped). Bytes are exact (the CPU memory tracker, or CUDA allocator statistics);
-// times are medians of at least `repeats` runs after `warmup` runs, more for a stage whose
-// runs scatter (ProfileOptions::tolerance), and each stage's spread is kept (StageCost::spread_seconds). Parameter gradients are allocated by
-// the warm-up, as they are in training after the first step. Gradients, buffers and RNG streams are
-// restored afterwards: profiling leaves the model as it was. Stages with one signature
-// (Chain::stage_signature) and the same sizes get one time, the median of theirs (gradients that exist are copied aside
-// meanwhile, their bytes held twice; none are when profiling before the first step); only the first
-// four twins of a signature and input shape are measured, the others take their costs, so a deep
-// stack of identical layers profiles in the time of a few.
-//
-// Times are then scaled to what each stage takes within a whole step (the chain run whole, its
-// backward timed stage by stage with hooks on the boundaries): timed alone, a stage pays per call
-// what a step pays once, which at a tenth of a millisecond a stage is most of its time. The same
-// rounds run the chain with every stage but the last checkpointed alone and in pairs, as run_plan
-// runs them: a stage's forward there is its nograd_seconds, what its recompute adds beyond its
-// forward its recompute_extra_seconds, and a pair against its two singles gives what a segment
-// costs by itself (CostTable::segment_forward_seconds, segment_backward_seconds), where the rounds
-// pin that down; elsewhere a checkpoint of a trivial function against the function run plainly
-// stands in. Short steps get up to about a second of rounds (docs/planner.md). Oversubscribed CPU
-// threads are rearranged while it times and put back (threads.h; CostTable::threads says how).
+// Every stage runs with each of its options on its real input, timed within whole steps, its
+// bytes exact; the model is left as it was. What is measured and how: docs/planner.md, "The
+// profiler".
 #pragma once
 
 #include <torch/arg.h>

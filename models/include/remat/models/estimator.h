@@ -20,7 +20,7 @@ namespace remat::models {
 struct EstimateOptions {
   std::string dtype = "fp32";       ///< fp32, bf16 or fp16: bytes per activation element
   int64_t batch = 1;
-  std::string granularity = "block";
+  GptGranularity granularity = GptGranularity::block;
   double flops_per_second = 1e11;   ///< turns FLOPs into the cost table's seconds
   /// Bytes per dropout-mask element: 1 as in Megatron's fused kernels; LibTorch 1.13's CPU dropout
   /// keeps a noise tensor of the activation dtype instead (pass 0 to use the element size).
@@ -30,7 +30,7 @@ struct EstimateOptions {
   static EstimateOptions as_run_by_libtorch(int64_t batch) {
     EstimateOptions o;
     o.batch = batch;
-    o.granularity = "half";
+    o.granularity = GptGranularity::half;
     o.dropout_mask_bytes = 0;
     return o;
   }
@@ -63,17 +63,17 @@ GptEstimate estimate_gpt(const GptConfig& config, const EstimateOptions& options
 /// only estimated. forward_stage throws.
 class GptChainShape : public Chain {
  public:
-  GptChainShape(int64_t layers, const std::string& granularity);
+  GptChainShape(int64_t layers, GptGranularity granularity);
   const std::vector<StageInfo>& stages() const override { return stages_; }
-  std::string granularity() const override { return granularity_; }
+  std::string granularity() const override { return to_string(granularity_); }
   at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override;
 
  private:
-  std::string granularity_;
+  GptGranularity granularity_;
   std::vector<StageInfo> stages_;
 };
 
-/// The stages of a GPT with `layers` blocks at `granularity` ("block" or "half").
-std::vector<StageInfo> gpt_stages(int64_t layers, const std::string& granularity);
+/// The stages of a GPT with `layers` blocks at `granularity`.
+std::vector<StageInfo> gpt_stages(int64_t layers, GptGranularity granularity);
 
 }  // namespace remat::models

@@ -36,6 +36,7 @@
 
 #include "remat/chain/chain.h"
 #include "remat/chain/plan.h"
+#include "remat/models/gpt_granularity.h"
 
 namespace remat::models {
 
@@ -144,25 +145,26 @@ class GptImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Gpt);
 
-/// What a stage of the GPT's chain is: embed, block (granularity "block"), attention or MLP half
-/// (granularity "half"), head.
+/// What a stage of the GPT's chain is: embed, block (GptGranularity::block), attention or MLP half
+/// (GptGranularity::half), head.
 enum class GptStage { embed, block, attention, mlp, head };
-GptStage gpt_stage_kind(int64_t index, int64_t stages, const std::string& granularity);
+GptStage gpt_stage_kind(int64_t index, int64_t stages, GptGranularity granularity);
 
 /// The same plan at half-block granularity: block i becomes attn i, mlp i at the same place (in
 /// the same segment); a block option applies to both halves where the half offers it. Plans of both
 /// granularities are then costed on one (half-block) cost table.
 Plan to_half_granularity(const Plan& plan);
 
-/// The GPT as a chain: embed, then per block either one stage ("block") or two ("half":
-/// attention half, MLP half), then head (which returns the loss against the targets set with
+/// The GPT as a chain: embed, then per block either one stage (block) or two (half: attention
+/// half, MLP half), then head (which returns the loss against the targets set with
 /// `set_targets`). The chain keeps a reference to the model: keep both alive through backward.
 class GptChain : public Chain {
  public:
-  GptChain(Gpt model, const std::string& granularity);
+  GptChain(Gpt model, GptGranularity granularity);
 
   const std::vector<StageInfo>& stages() const override { return stages_; }
-  std::string granularity() const override { return granularity_; }
+  std::string granularity() const override { return to_string(granularity_); }
+  GptGranularity gpt_granularity() const { return granularity_; }
   at::Tensor forward_stage(int64_t index, const at::Tensor& input, const std::string& option) override;
   /// Attention, MLP and block stages skip their final projection's matmul (fused_ops.h).
   at::Tensor forward_stage_graph_only(int64_t index, const at::Tensor& input, const std::string& option) override;
@@ -177,7 +179,7 @@ class GptChain : public Chain {
 
  private:
   Gpt model_;
-  std::string granularity_;
+  GptGranularity granularity_;
   at::Tensor run_with_option(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only);
   /// The modules stage `index` runs, with their names in the model.
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> stage_modules(int64_t index) const;
@@ -189,10 +191,10 @@ class GptChain : public Chain {
 /// The GPT's two chains over one model, whole blocks and half-blocks: the one place that picks the
 /// chain a plan of either granularity runs on.
 struct GptChains {
-  explicit GptChains(Gpt model) : block(model, "block"), half(std::move(model), "half") {}
-  /// The chain of `granularity` ("block" or "half"); a clear error for any other.
-  GptChain& of(const std::string& granularity);
-  GptChain& of(const Plan& plan) { return of(plan.granularity); }
+  explicit GptChains(Gpt model) : block(model, GptGranularity::block), half(std::move(model), GptGranularity::half) {}
+  GptChain& of(GptGranularity granularity) { return granularity == GptGranularity::half ? half : block; }
+  /// The chain `plan` runs on; a clear error for a plan of another chain's granularity.
+  GptChain& of(const Plan& plan) { return of(gpt_granularity_of(plan)); }
   void set_targets(const at::Tensor& targets) {
     block.set_targets(targets);
     half.set_targets(targets);

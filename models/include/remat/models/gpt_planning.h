@@ -24,8 +24,8 @@ struct GptCosts {
 };
 
 /// Profiles `model` (half-block chain) on one batch.
-GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, int repeats,
-                     CheckpointMode mode = CheckpointMode::reentrant);
+GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
+                     const ProfileOptions& options = budget_profile_options());
 
 /// A cost table's JSON (CostTable::to_json of a half-block GPT profile), checked to be one;
 /// `source` names it in errors.
@@ -35,21 +35,23 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
 /// one activation between stages (batch × sequence × hidden × 4), naming the fields that differ.
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source);
 
-/// The granularity of the GPT chain a request runs on: its policy's, its plan's (which must be
-/// "block" or "half"), or "half" for a budget (plans are made on the half-block table).
-std::string gpt_request_granularity(const PlanRequest& request);
+/// The granularity of the GPT chain a request runs on: its policy's, its plan's (a clear error if
+/// it is not a GPT's), or half for a budget (plans are made on the half-block table).
+GptGranularity gpt_request_granularity(const PlanRequest& request);
 
-/// choose_plan on a GPT of `layers` layers: its own and the generic policies, and `costs` (the
-/// half-block table, profiled or estimated; called only for a budget), the budget's plan verified
-/// with `measure_peak` where given (gpt_measure_peak).
-ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const std::function<GptCosts()>& costs = nullptr,
+/// The half-block table of a GPT, profiled with the request's profile options or estimated.
+using GptCostSource = std::function<GptCosts(const ProfileOptions&)>;
+
+/// choose_plan on a GPT of `layers` layers: its own and the generic policies, and `costs` (called
+/// only for a budget), the budget's plan verified with `measure_peak` where given (gpt_measure_peak).
+ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const GptCostSource& costs = nullptr,
                            const MeasurePeak& measure_peak = nullptr);
 
 /// Profiles `model` (half-block chain) at each of `batches`, on the first rows of `tokens` and
 /// `targets`, for plan_throughput (remat/planning/throughput.h).
 ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
-                                    const std::vector<int64_t>& batches, int repeats,
-                                    CheckpointMode mode = CheckpointMode::reentrant);
+                                    const std::vector<int64_t>& batches,
+                                    const ProfileOptions& options = budget_profile_options());
 
 /// Measures a half-block plan's activation peak on `model` with one batch (measure_plan_peak).
 MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets);

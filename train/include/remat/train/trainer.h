@@ -1,6 +1,7 @@
 // Training the GPT on a text corpus under a checkpointing plan, one measured step at a time.
 //
-//   remat::train::TrainOptions options;       // model, optimiser, data; a policy, a plan file or a budget
+//   remat::train::TrainOptions options;       // model, optimiser, data
+//   options.plan = remat::PlanRequest::of_budget("50%");  // or of_policy("block"), of_plan_file(path)
 //   remat::train::Trainer trainer(options);   // builds (or resumes) everything, validating input
 //   for (int i = 0; i < options.steps; ++i) trainer.step();
 //   trainer.save("run1");                     // atomic: a crash keeps the previous state
@@ -35,13 +36,10 @@ struct TrainOptions {
   int64_t warmup_steps = 20;    ///< linear warm-up from lr/warmup to lr
   double weight_decay = 0.01;
   int64_t steps = 100;          ///< steps this run performs (a resumed run continues its count)
-  std::string policy = "none";  ///< a GPT policy (models/gpt_policies.h); used when the next two are empty
-  std::string plan_file;        ///< a plan saved as JSON (Plan::to_json)
-  std::string budget;           ///< plan for this activation budget (Budget's forms: "50%", "512MiB")
-  int profile_repeats = 3;      ///< profiling runs per stage, when planning for `budget`
-  int64_t memory_slots = kDefaultMemorySlots;  ///< the planner's memory grid, when planning for `budget`
-  /// How a policy's or a budget's plan checkpoints (a plan file's own mode is kept).
-  CheckpointMode checkpoint_mode = CheckpointMode::reentrant;
+  /// The plan the run trains under: a GPT policy (models/gpt_policies.h), a saved plan
+  /// (PlanRequest::of_plan_file) or the optimal plan for an activation budget, profiled on the
+  /// run's first batch; with its checkpoint mode, the planner's grid and the profile's repeats.
+  PlanRequest plan = PlanRequest::of_policy("none");
   /// Sequences per forward and backward: each step's `batch` runs as batch / micro_batch
   /// micro-batches whose gradients add up (each loss scaled by micro_batch / batch) to the
   /// batch's own. 0: the whole batch at once. A divisor of `batch`; plans are made for it.
@@ -97,7 +95,7 @@ class Trainer {
   std::string sample(const std::string& prompt, int64_t length, uint64_t seed);
 
   const Plan& plan() const { return plan_; }
-  /// The planner's result when the plan was made for TrainOptions::budget.
+  /// The planner's result when the plan was made for a budget (TrainOptions::plan).
   const std::optional<PlanResult>& budget_plan() const { return budget_plan_; }
   /// One step plain and one under the plan on the run's first batch (remat::verify_plan); no
   /// update, and the model, its gradients and the RNG are left as they were.
