@@ -34,7 +34,8 @@ struct Strategy {
 at::Tensor plain_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double p) {
   const int64_t t = q.size(2);
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(q.size(-1))));
-  scores = scores.masked_fill(at::ones({t, t}, q.options().dtype(at::kBool)).triu(1), -std::numeric_limits<double>::infinity());
+  scores = scores.masked_fill(at::ones({t, t}, q.options().dtype(at::kBool)).triu(1),
+                              -std::numeric_limits<double>::infinity());
   return at::matmul(at::dropout(at::softmax(scores, -1), p, /*train=*/true), v);
 }
 
@@ -42,11 +43,16 @@ at::Tensor plain_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 // The kernel scaled_dot_product_attention dispatches to for these inputs (sdp::SDPBackend).
 std::string sdpa_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double p) {
   switch (at::_fused_sdp_choice(q, k, v, c10::nullopt, p, /*is_causal=*/true)) {
-    case 0: return "math";
-    case 1: return "flash";
-    case 2: return "memory-efficient";
-    case 3: return "cuDNN";
-    default: return "other";
+    case 0:
+      return "math";
+    case 1:
+      return "flash";
+    case 2:
+      return "memory-efficient";
+    case 3:
+      return "cuDNN";
+    default:
+      return "other";
   }
 }
 #endif
@@ -82,11 +88,12 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 3; ++i) qkv.push_back(at::randn({batch, heads, seq, head_dim}, options).requires_grad_(true));
     const at::Tensor grad_out = at::randn({batch, heads, seq, head_dim}, options);
     std::vector<Strategy> strategies = {
-        {"plain", [p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return plain_attention(q, k, v, p); }},
-        {"remat::ops::attention",
-         [p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        {"plain",
+         [p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) { return plain_attention(q, k, v, p); }},
+        {"remat::ops::attention", [p](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
            return remat::ops::attention(
-               q, k, v, remat::ops::AttentionOptions().causal(true).dropout(p).kernel(remat::ops::AttentionKernel::blocked));
+               q, k, v,
+               remat::ops::AttentionOptions().causal(true).dropout(p).kernel(remat::ops::AttentionKernel::blocked));
          }}};
     std::string sdpa_note = "needs LibTorch 2.1+";
 #if REMAT_TORCH_AT_LEAST(2, 1)
@@ -104,8 +111,8 @@ int main(int argc, char** argv) {
       for (size_t s = 0; s < n; ++s) {
         for (auto& t : qkv) t.mutable_grad() = at::Tensor();
         at::manual_seed(1 + round);
-        const remat::StepMeasurement m = remat::measure_step(
-            [&] { return (strategies[s].attend(qkv[0], qkv[1], qkv[2]) * grad_out).sum(); });
+        const remat::StepMeasurement m =
+            remat::measure_step([&] { return (strategies[s].attend(qkv[0], qkv[1], qkv[2]) * grad_out).sum(); });
         if (round < 0) continue;
         seconds[s].push_back(m.step_seconds);
         peak[s] = std::max(peak[s], m.activation_peak_bytes());
@@ -117,20 +124,28 @@ int main(int argc, char** argv) {
     }
     std::cout << "\ndropout " << p << "\n"
               << std::left << std::setw(48) << "strategy" << std::right << std::setw(14) << "activation"
-              << std::setw(12) << "step ms" << std::setw(12) << "vs plain" << std::setw(16) << "max |Δgrad|" << "\n";
+              << std::setw(12) << "step ms" << std::setw(12) << "vs plain" << std::setw(16) << "max |Δgrad|"
+              << "\n";
     for (size_t s = 0; s < n; ++s) {
       std::vector<double> ratios;
       for (int r = 0; r < rounds; ++r) ratios.push_back(seconds[s][r] / seconds[0][r]);
       double max_diff = 0;
-      for (size_t g = 0; g < 3; ++g) max_diff = std::max(max_diff, (grads[s][g] - grads[0][g]).abs().max().item<double>());
+      for (size_t g = 0; g < 3; ++g)
+        max_diff = std::max(max_diff, (grads[s][g] - grads[0][g]).abs().max().item<double>());
       std::ostringstream diff;
-      if (p == 0) diff << std::scientific << std::setprecision(2) << max_diff; else diff << "(masks differ)";
+      if (p == 0)
+        diff << std::scientific << std::setprecision(2) << max_diff;
+      else
+        diff << "(masks differ)";
       std::cout << std::left << std::setw(48) << strategies[s].name << std::right << std::setw(14)
                 << remat::format_bytes(peak[s]) << std::setw(12) << std::fixed << std::setprecision(1)
                 << 1000 * remat::median(seconds[s]) << std::setw(11) << std::showpos << std::setprecision(1)
                 << 100 * (remat::median(ratios) - 1) << "%" << std::noshowpos << std::setw(16) << diff.str() << "\n";
-      report.push_back({{"dropout", p}, {"strategy", strategies[s].name}, {"activation_peak_bytes", peak[s]},
-                        {"step_seconds", remat::median(seconds[s])}, {"paired_ratio_to_plain", remat::median(ratios)},
+      report.push_back({{"dropout", p},
+                        {"strategy", strategies[s].name},
+                        {"activation_peak_bytes", peak[s]},
+                        {"step_seconds", remat::median(seconds[s])},
+                        {"paired_ratio_to_plain", remat::median(ratios)},
                         {"max_grad_difference", p == 0 ? nlohmann::json(max_diff) : nlohmann::json(nullptr)}});
     }
   }

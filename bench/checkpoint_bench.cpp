@@ -21,7 +21,6 @@
 
 namespace {
 
-
 using remat::seconds_per_call;
 
 }  // namespace
@@ -64,14 +63,15 @@ int main(int argc, char** argv) {
   std::cout << "Per call on a tiny function (16 floats, mul+tanh), median of " << rounds << " rounds of " << calls
             << " calls:\n"
             << "  forward only:        direct " << remat::median(direct_fwd) * us << " us, checkpoint "
-            << remat::median(ckpt_fwd) * us << " us, overhead " << (remat::median(ckpt_fwd) - remat::median(direct_fwd)) * us << " us\n"
+            << remat::median(ckpt_fwd) * us << " us, overhead "
+            << (remat::median(ckpt_fwd) - remat::median(direct_fwd)) * us << " us\n"
             << "  forward + backward:  direct " << remat::median(direct_step) * us << " us, checkpoint "
-            << remat::median(ckpt_step) * us << " us, overhead " << (remat::median(ckpt_step) - remat::median(direct_step)) * us
-            << " us\n"
+            << remat::median(ckpt_step) * us << " us, overhead "
+            << (remat::median(ckpt_step) - remat::median(direct_step)) * us << " us\n"
             << "  non-reentrant:       forward " << remat::median(nr_fwd) * us << " us (overhead "
             << (remat::median(nr_fwd) - remat::median(direct_fwd)) * us << " us), forward + backward "
-            << remat::median(nr_step) * us << " us (overhead " << (remat::median(nr_step) - remat::median(direct_step)) * us
-            << " us)\n";
+            << remat::median(nr_step) * us << " us (overhead "
+            << (remat::median(nr_step) - remat::median(direct_step)) * us << " us)\n";
 
   nlohmann::json j = {{"tiny_forward_direct_us", remat::median(direct_fwd) * us},
                       {"tiny_forward_checkpoint_us", remat::median(ckpt_fwd) * us},
@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
   }
   std::cout << "Step of " << layers << " residual layers, " << batch << "x" << tokens << "x" << channels
             << ", median of " << steps << " interleaved steps:\n"
-            << "  unchecked " << remat::median(plain_s) << " s (forward " << remat::median(plain_fwd) << " s), checkpoint per layer "
-            << remat::median(ckpt_s) << " s (forward " << remat::median(ckpt_fwd_s) << " s), ratio " << remat::median(ckpt_s) / remat::median(plain_s)
-            << "\n";
+            << "  unchecked " << remat::median(plain_s) << " s (forward " << remat::median(plain_fwd)
+            << " s), checkpoint per layer " << remat::median(ckpt_s) << " s (forward " << remat::median(ckpt_fwd_s)
+            << " s), ratio " << remat::median(ckpt_s) / remat::median(plain_s) << "\n";
 
   if (!json_path.empty()) {
     j["stack_step_unchecked_s"] = remat::median(plain_s);

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   options.granularity = remat::models::GptGranularity::half;
   options.dtype = "bf16";
   const auto costs = remat::models::estimate_gpt(config, options).costs;
-  std::cout << "optimal planner on " << costs.stages.size() << " stages (GPT " << config.describe() << ", half blocks)\n";
+  std::cout << "optimal planner on " << costs.stages.size() << " stages (GPT " << config.describe()
+            << ", half blocks)\n";
   std::vector<int64_t> slot_counts{250, 500, 1000, 2000, 4000};
   if (argc > 2) slot_counts.assign(1, std::stoll(argv[2]));
   for (int64_t slots : slot_counts) {
@@ -23,8 +24,8 @@ int main(int argc, char** argv) {
     const auto result = planner.plan(planner.least_feasible_budget_bytes() * 2);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::cout << "  " << slots << " memory slots (" << planner.unit_bytes() / 1024 << " KiB each): " << seconds * 1e3
-              << " ms to fill the table and plan" << (result.feasible ? "" : " (infeasible)") << ", segments of at most "
-              << planner.max_segment_stages() << " stages\n";
+              << " ms to fill the table and plan" << (result.feasible ? "" : " (infeasible)")
+              << ", segments of at most " << planner.max_segment_stages() << " stages\n";
   }
   return 0;
 }

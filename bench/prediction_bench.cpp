@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
   remat::models::GptConfig config;
   config.layers(3).hidden(128).heads(4).sequence(128);
   torch::manual_seed(0);
-  remat::models::GptChain blocks(remat::models::Gpt(config), remat::models::GptGranularity::block);  // where the fused policy applies
+  remat::models::GptChain blocks(remat::models::Gpt(config),
+                                 remat::models::GptGranularity::block);  // where the fused policy applies
   const at::Tensor tokens = torch::randint(0, 256, {4, 128}, torch::kLong);
   blocks.set_targets(torch::randint(0, 256, {4, 128}, torch::kLong));
   const std::vector<remat::Plan> plans = {remat::Plan::plain(blocks), remat::models::gpt_policy_plan("fused", blocks)};

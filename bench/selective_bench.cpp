@@ -20,7 +20,6 @@
 
 namespace {
 
-
 using remat::seconds_per_call;
 
 struct Spread {
@@ -94,8 +93,8 @@ int main(int argc, char** argv) {
       }
       const Spread pf = spread_of(per_op_forward), ps = spread_of(per_op_step);
       std::cout << "  " << variants[v].first << ": +" << pf.median << " us per operator call in the forward [" << pf.low
-                << ", " << pf.high << "], +" << ps.median << " us per call over forward and backward [" << ps.low << ", "
-                << ps.high << "]\n";
+                << ", " << pf.high << "], +" << ps.median << " us per call over forward and backward [" << ps.low
+                << ", " << ps.high << "]\n";
       const std::string key = std::string(remat::to_string(mode)) + "_" + variants[v].first;
       j[key + "_forward_us_per_op"] = pf.median;
       j[key + "_step_us_per_op"] = ps.median;
@@ -106,9 +105,9 @@ int main(int argc, char** argv) {
       overhead_policy.push_back((tiny_step[3][r] - direct_tiny_step[r]) * us);
     }
     const Spread op = spread_of(overhead_plain), oq = spread_of(overhead_policy);
-    std::cout << "  tiny function (mul + tanh), forward + backward: plain checkpoint +" << op.median << " us [" << op.low
-              << ", " << op.high << "] over the direct call, with a policy +" << oq.median << " us [" << oq.low << ", "
-              << oq.high << "]\n";
+    std::cout << "  tiny function (mul + tanh), forward + backward: plain checkpoint +" << op.median << " us ["
+              << op.low << ", " << op.high << "] over the direct call, with a policy +" << oq.median << " us ["
+              << oq.low << ", " << oq.high << "]\n";
     j[std::string(remat::to_string(mode)) + "_tiny_step_overhead_us"] = op.median;
     j[std::string(remat::to_string(mode)) + "_tiny_step_overhead_policy_us"] = oq.median;
   }

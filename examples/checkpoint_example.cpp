@@ -26,7 +26,8 @@ int main() {
   torch::Tensor x = torch::randn({64, 128});
   torch::Tensor y = remat::checkpoint([&](const torch::Tensor& in) { return block(in); }, x);
   y.pow(2).mean().backward();
-  std::cout << "fc1.weight.grad norm after a checkpointed step: " << block->fc1->weight.grad().norm().item<float>() << "\n";
+  std::cout << "fc1.weight.grad norm after a checkpointed step: " << block->fc1->weight.grad().norm().item<float>()
+            << "\n";
 
   // 2. A module: Checkpointed keeps parameter names, so checkpoints and state files are unchanged.
   torch::nn::Sequential model;
@@ -40,9 +41,9 @@ int main() {
     optimizer.zero_grad();
     auto step = remat::measure_step([&] { return model->forward(batch).pow(2).mean(); });
     optimizer.step();
-    std::cout << (checkpointed ? "Checkpointed blocks: " : "plain blocks:        ") << step.activation_peak_bytes() / 1024
-              << " KiB activation peak, " << step.activation_bytes_at_end_of_forward() / 1024
-              << " KiB held after forward\n";
+    std::cout << (checkpointed ? "Checkpointed blocks: " : "plain blocks:        ")
+              << step.activation_peak_bytes() / 1024 << " KiB activation peak, "
+              << step.activation_bytes_at_end_of_forward() / 1024 << " KiB held after forward\n";
   }
 
   // 3. A Sequential: PyTorch's checkpoint_sequential, here 4 segments of 2 blocks.

@@ -41,7 +41,8 @@ TORCH_MODULE(ConvBlock);
 nn::Sequential make_convnet(const Config& c) {
   torch::manual_seed(0);
   nn::Sequential net;
-  for (int64_t b = 0; b < c.blocks; ++b) net->push_back("block" + std::to_string(b), ConvBlock(b == 0 ? 3 : c.channels, c.channels));
+  for (int64_t b = 0; b < c.blocks; ++b)
+    net->push_back("block" + std::to_string(b), ConvBlock(b == 0 ? 3 : c.channels, c.channels));
   net->push_back("pool", nn::AdaptiveAvgPool2d(nn::AdaptiveAvgPool2dOptions(1)));
   net->push_back("flatten", nn::Flatten());
   net->push_back("classifier", nn::Linear(c.channels, c.classes));
@@ -55,11 +56,11 @@ int run(int argc, char** argv) {
   // prediction (and over the budget), 16 channels 1.1%: likely oneDNN's blocked layouts, whose
   // transients weigh most on the smallest tensors.
   if (quick) config = Config{16, 16, 16, 8, 10};
-  at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
+  at::set_num_threads(2);                 // as LibTorch documents it; remat times around what it finds (threads.h)
   remat::keep_freed_memory_in_process();  // as docs/library.md advises CPU training programs
-  std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, residual add, ReLU) of " << config.channels
-            << " channels, " << config.size << "x" << config.size << " images, batch " << config.batch << ", "
-            << remat::cpu_threads() << "\n";
+  std::cout << "remat_plan_convnet: " << config.blocks << " x (Conv2d 3x3, BatchNorm2d, residual add, ReLU) of "
+            << config.channels << " channels, " << config.size << "x" << config.size << " images, batch "
+            << config.batch << ", " << remat::cpu_threads() << "\n";
   remat::install_cpu_memory_tracker();
   torch::manual_seed(1);
   const at::Tensor images = torch::randn({config.batch, 3, config.size, config.size});
@@ -83,9 +84,9 @@ int run(int argc, char** argv) {
   std::cout << "\n";
 
   const remat_examples::ReportOptions options = remat_examples::report_options(argc, argv);
-  return remat_examples::report_budgets(
-      [&] { return make_convnet(config); },
-      [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); }, images, options);
+  return remat_examples::report_budgets([&] { return make_convnet(config); },
+                                        [&](const at::Tensor& logits) { return F::cross_entropy(logits, labels); },
+                                        images, options);
 }
 
 int main(int argc, char** argv) { return remat_examples::run_example(run, argc, argv); }

@@ -77,11 +77,12 @@ int run(int argc, char** argv) {
     if (flag == "--channels") config.channels = value;
     if (flag == "--batch") config.batch = value;
   }
-  at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
+  at::set_num_threads(2);                 // as LibTorch documents it; remat times around what it finds (threads.h)
   remat::keep_freed_memory_in_process();  // as docs/library.md advises CPU training programs
   std::cout << "remat_plan_mixer: " << config.blocks << " x MLP-mixer block (" << config.tokens << " tokens, "
-            << config.channels << " channels, token MLP x2, channel MLP x4, GELU, dropout 0.1) and a pooled head, batch "
-            << config.batch << ", " << remat::cpu_threads() << "\n";
+            << config.channels
+            << " channels, token MLP x2, channel MLP x4, GELU, dropout 0.1) and a pooled head, batch " << config.batch
+            << ", " << remat::cpu_threads() << "\n";
   remat::install_cpu_memory_tracker();
   torch::manual_seed(1);
   const at::Tensor x = torch::randn({config.batch, config.tokens, config.channels});

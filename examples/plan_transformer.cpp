@@ -27,8 +27,10 @@ nn::Sequential make_transformer(const Config& c) {
   torch::manual_seed(0);
   nn::Sequential net;
   for (int64_t i = 0; i < c.layers; ++i) {
-    net->push_back("layer" + std::to_string(i), nn::TransformerEncoderLayer(
-        nn::TransformerEncoderLayerOptions(c.d_model, c.heads).dim_feedforward(4 * c.d_model).dropout(0.1)));
+    net->push_back(
+        "layer" + std::to_string(i),
+        nn::TransformerEncoderLayer(
+            nn::TransformerEncoderLayerOptions(c.d_model, c.heads).dim_feedforward(4 * c.d_model).dropout(0.1)));
   }
   return net;
 }
@@ -40,8 +42,8 @@ void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tenso
   remat::PlanResult planned = remat::plan_for_budget(chain, x, "50%");
   std::cout << "plan for 50%: " << planned.plan.to_string() << "\n  predicted activation peak "
             << remat::format_bytes(planned.prediction.peak_bytes) << " of " << remat::format_bytes(planned.budget_bytes)
-            << "\n  " << planned.measured_choice.reason << "\n  timed under " << planned.timed_under
-            << ", overhead " << remat_examples::percent(planned.predicted_overhead()) << "\n";
+            << "\n  " << planned.measured_choice.reason << "\n  timed under " << planned.timed_under << ", overhead "
+            << remat_examples::percent(planned.predicted_overhead()) << "\n";
   torch::optim::Adam adam(net->parameters(), 1e-4);
   for (int step = 1; step <= 3; ++step) {
     adam.zero_grad();
@@ -56,7 +58,7 @@ int run(int argc, char** argv) {
   const bool quick = remat_examples::quick_mode(argc, argv);
   Config config;
   if (quick) config = Config{12, 32, 4, 32, 4};
-  at::set_num_threads(2);  // as LibTorch documents it; remat times around what it finds (threads.h)
+  at::set_num_threads(2);                 // as LibTorch documents it; remat times around what it finds (threads.h)
   remat::keep_freed_memory_in_process();  // as docs/library.md advises CPU training programs
   std::cout << "remat_plan_transformer: " << config.layers << " x TransformerEncoderLayer(d_model " << config.d_model
             << ", heads " << config.heads << ", feed-forward " << 4 * config.d_model << ", dropout 0.1), sequence "

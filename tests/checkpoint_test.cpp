@@ -290,9 +290,9 @@ TEST_P(Checkpoint, NondeterministicShapeFailsInBackwardNamingTheFunction) {
       [&](const at::Tensor& in) { return ++calls == 1 ? (in * 2).exp() : (in.narrow(0, 0, 3) * 2).exp(); }, x,
       remat::CheckpointOptions().name("flaky"));
   // Reentrant checks the recompute's outputs, non-reentrant every tensor it saves (exp's output).
-  expect_error_containing([&] { out.sum().backward(); },
-                          {"checkpoint 'flaky'", reentrant() ? "output 0" : "saved tensor 0", "[3]", "[6]",
-                           "must compute the same"});
+  expect_error_containing(
+      [&] { out.sum().backward(); },
+      {"checkpoint 'flaky'", reentrant() ? "output 0" : "saved tensor 0", "[3]", "[6]", "must compute the same"});
 }
 
 TEST_P(Checkpoint, NondeterministicDtypeFailsInBackward) {
@@ -448,7 +448,7 @@ TEST_P(Checkpoint, CapturingANonLeafTensorThatRequiresGradIsAnErrorWhereReentran
 // refuses it ("modified by an inplace operation"), so a checkpoint must too, before its recompute
 // reads the new values. `change` runs between the two.
 static void expect_in_place_change_refused(const remat::TensorFunction& fn, const at::Tensor& x,
-                                    const std::function<void()>& change, const std::string& described) {
+                                           const std::function<void()>& change, const std::string& described) {
   at::Tensor plain = fn(x);
   change();
   expect_error_containing([&] { plain.sum().backward(); }, {"modified by an inplace operation"});
@@ -462,8 +462,8 @@ static void expect_in_place_change_refused(const remat::TensorFunction& fn, cons
 TEST_P(Checkpoint, ACapturedTensorChangedInPlaceBeforeBackwardIsRefused) {
   at::Tensor x = torch::randn({4, 3}, torch::requires_grad());
   at::Tensor scale = torch::randn({3});  // captured, not an input, no grad
-  expect_in_place_change_refused([&](const at::Tensor& in) { return (in * scale).tanh(); }, x,
-                                 [&] { scale.add_(1); }, "Float[3]");
+  expect_in_place_change_refused([&](const at::Tensor& in) { return (in * scale).tanh(); }, x, [&] { scale.add_(1); },
+                                 "Float[3]");
 }
 
 TEST_P(Checkpoint, AParameterChangedInPlaceBeforeBackwardIsRefused) {
@@ -481,8 +481,7 @@ TEST_P(Checkpoint, AParameterChangedInPlaceBeforeBackwardIsRefused) {
 TEST_P(Checkpoint, AnInputChangedInPlaceBeforeBackwardIsRefusedNamingTheCheckpoint) {
   at::Tensor leaf = torch::randn({2, 6}, torch::requires_grad());
   at::Tensor x = leaf * 1;  // a non-leaf, so it may change in place
-  expect_in_place_change_refused([](const at::Tensor& in) { return in.sin(); }, x, [&] { x.mul_(2); },
-                                 "Float[2, 6]");
+  expect_in_place_change_refused([](const at::Tensor& in) { return in.sin(); }, x, [&] { x.mul_(2); }, "Float[2, 6]");
 }
 
 TEST_P(Checkpoint, ChangesTheBackwardDoesNotReadAreAccepted) {
@@ -583,9 +582,9 @@ TEST(NonReentrantCheckpoint, ARecomputeThatSavesOtherTensorsIsAnErrorNamingTheFu
   at::Tensor out = remat::checkpoint(
       [&](const at::Tensor& in) { return ++calls == 1 ? in.exp().sum() : in.narrow(0, 0, 3).exp().sum() * 2; }, x,
       remat::CheckpointOptions().name("drifting").use_reentrant(false));
-  expect_error_containing([&] { out.backward(); },
-                          {"checkpoint 'drifting'", "saved tensor 0 of the recompute is Float[3]",
-                           "the forward's was Float[6]"});
+  expect_error_containing(
+      [&] { out.backward(); },
+      {"checkpoint 'drifting'", "saved tensor 0 of the recompute is Float[3]", "the forward's was Float[6]"});
 }
 
 TEST(NonReentrantCheckpoint, NestedCheckpointsAcceptALeafPassedOnUnchanged) {
@@ -616,7 +615,8 @@ TEST(NonReentrantCheckpoint, MixedNestingGivesThePlainGradients) {
   const at::Tensor plain_grad = input_grad(plain, x, false);
   const auto plain_a = remat::testing::parameter_grads(*a), plain_b = remat::testing::parameter_grads(*b);
   for (const bool outer_reentrant : {true, false}) {
-    SCOPED_TRACE(outer_reentrant ? "reentrant outside, non-reentrant inside" : "non-reentrant outside, reentrant inside");
+    SCOPED_TRACE(outer_reentrant ? "reentrant outside, non-reentrant inside"
+                                 : "non-reentrant outside, reentrant inside");
     a->zero_grad();
     b->zero_grad();
     auto nested = [&](const at::Tensor& in) {

@@ -210,7 +210,8 @@ TEST(CudaMemory, TimelineSamplesTheRecomputeOnTheDevice_CUDA) {
     m = remat::measure_step(
         [&] {
           at::Tensor h = x;
-          for (auto& block : blocks) h = remat::checkpoint([&block](const at::Tensor& in) { return block->forward(in); }, h);
+          for (auto& block : blocks)
+            h = remat::checkpoint([&block](const at::Tensor& in) { return block->forward(in); }, h);
           return h.pow(2).mean();
         },
         kCuda);
@@ -334,7 +335,8 @@ TEST(CudaOps, DropoutDrawsTheCpuMasksOnTheDevice_CUDA) {
     x[0][0].fill_(std::numeric_limits<double>::quiet_NaN());
     x[0][1].fill_(-0.0);
     for (const double p : {0.1, 0.5}) {
-      EXPECT_TRUE(same_bits(remat::ops::apply_dropout_mask(x, 99, p), remat::ops::apply_dropout_mask(x.to(kCuda), 99, p)))
+      EXPECT_TRUE(
+          same_bits(remat::ops::apply_dropout_mask(x, 99, p), remat::ops::apply_dropout_mask(x.to(kCuda), 99, p)))
           << "p " << p;
     }
     // Through the autograd operation: the seed from the CPU generator, forward and backward.
@@ -364,7 +366,7 @@ TEST(CudaOps, AttentionDrawsTheCpuMasksOnTheDevice_CUDA) {
   torch::manual_seed(11);
   const at::Tensor cpu_mask = remat::ops::dropout_scale(remat::ops::draw_dropout_seed(), {B * H, T, T}, 0.3);
   for (const int64_t rows : {0, 7}) {  // one block, and blocks that do not divide T
-    torch::manual_seed(11);  // the operation draws the same seed
+    torch::manual_seed(11);            // the operation draws the same seed
     const at::Tensor y = remat::ops::attention(q, k, v, blocked().dropout(0.3).block_rows(rows));
     EXPECT_TRUE(y.ne(0).cpu().reshape({B * H, T, T}).equal(cpu_mask.ne(0))) << "rows " << rows;
   }
@@ -381,8 +383,7 @@ TEST(CudaOps, AttentionWithDropoutEqualsPlainAttentionUnderTheCpuMask_CUDA) {
     torch::manual_seed(11);
     const at::Tensor mask = remat::ops::dropout_scale(remat::ops::draw_dropout_seed(), {B * H, T, T}, 0.2).to(kCuda);
     torch::manual_seed(11);
-    const at::Tensor fused =
-        remat::ops::attention(q, k, v, blocked().causal(causal).dropout(0.2).block_rows(16));
+    const at::Tensor fused = remat::ops::attention(q, k, v, blocked().causal(causal).dropout(0.2).block_rows(16));
     const auto fused_grads = torch::autograd::grad({fused}, {q, k, v}, {upstream});
     at::Tensor scores = q.matmul(k.transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
     if (causal) {
@@ -549,11 +550,12 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
   const std::vector<remat::PlanMeasurement> dp =
       remat::measure_plans(halves, {remat::Plan::plain(halves), planned.plan}, tokens, 5);
   const double measured_overhead = remat::paired_time_ratio(dp[1], dp[0]) - 1.0;
-  std::printf("  optimal 50%% (budget %s): %s\n    activation peak %10s (predicted %s)  overhead %+.1f%% (predicted %+.1f%%)\n",
-              remat::format_bytes(planned.budget_bytes).c_str(), planned.plan.to_string().c_str(),
-              remat::format_bytes(dp[1].activation_peak_bytes).c_str(),
-              remat::format_bytes(planned.prediction.peak_bytes).c_str(), 100 * measured_overhead,
-              100 * planned.predicted_overhead());
+  std::printf(
+      "  optimal 50%% (budget %s): %s\n    activation peak %10s (predicted %s)  overhead %+.1f%% (predicted %+.1f%%)\n",
+      remat::format_bytes(planned.budget_bytes).c_str(), planned.plan.to_string().c_str(),
+      remat::format_bytes(dp[1].activation_peak_bytes).c_str(),
+      remat::format_bytes(planned.prediction.peak_bytes).c_str(), 100 * measured_overhead,
+      100 * planned.predicted_overhead());
   RecordProperty("optimal 50% plan", planned.plan.to_string());
   RecordProperty("optimal 50% activation_peak_bytes", std::to_string(dp[1].activation_peak_bytes));
   RecordProperty("optimal 50% predicted_peak_bytes", std::to_string(planned.prediction.peak_bytes));

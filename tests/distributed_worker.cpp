@@ -30,7 +30,8 @@ namespace nn = torch::nn;
 
 struct NetImpl : nn::Module {
   NetImpl()
-      : a(register_module("a", nn::Linear(16, 16))), b(register_module("b", nn::Linear(16, 16))),
+      : a(register_module("a", nn::Linear(16, 16))),
+        b(register_module("b", nn::Linear(16, 16))),
         unused(register_module("unused", nn::Linear(16, 16))),
         wrapped(register_module("wrapped", remat::Checkpointed(nn::Linear(16, 16)))),
         stack(register_module("stack", nn::Sequential(nn::Linear(16, 16), nn::Tanh(), nn::Linear(16, 16), nn::Tanh()))),
@@ -97,8 +98,9 @@ int run_net(int ranks, const std::string& out, bool accumulate, bool dynamic = f
     }
     if (sync) {
       const auto stats = sync->finish();
-      if (rank == 0) std::cout << "step " << step << ": " << stats.buckets << " buckets, " << stats.buckets_during_backward
-                               << " during backward, " << stats.buckets_reduced_again << " again\n";
+      if (rank == 0)
+        std::cout << "step " << step << ": " << stats.buckets << " buckets, " << stats.buckets_during_backward
+                  << " during backward, " << stats.buckets_reduced_again << " again\n";
     }
     sgd.step();
   }

@@ -37,7 +37,9 @@ class AtomicWrite : public ::testing::Test {
     return s.str();
   }
   // How many entries the folder holds: a temporary left behind shows up here.
-  int entries() const { return static_cast<int>(std::distance(fs::directory_iterator(folder_), fs::directory_iterator())); }
+  int entries() const {
+    return static_cast<int>(std::distance(fs::directory_iterator(folder_), fs::directory_iterator()));
+  }
 
   static std::string refusal(const std::string& path) {
     return remat::testing::error_of([&] { remat::write_file_atomically(path, "new"); });
@@ -113,7 +115,8 @@ TEST_F(AtomicWrite, KeepsThePermissionsOfTheFileItReplaces) {
   remat::write_file_atomically(at("private.json"), "old");
   fs::permissions(at("private.json"), fs::perms::owner_read | fs::perms::owner_write);
   remat::write_file_atomically(at("private.json"), "new");
-  EXPECT_EQ(fs::status(at("private.json")).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_EQ(fs::status(at("private.json")).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
 }
 
 TEST_F(AtomicWrite, AMissingFolderIsAClearError) {
@@ -132,8 +135,9 @@ TEST_F(AtomicWrite, ReadsARegularFileWhole) {
 
 TEST_F(AtomicWrite, ReadingRefusesFifosDevicesFoldersAndHugeFilesWithoutReading) {
   ASSERT_EQ(::mkfifo(at("fifo").c_str(), 0600), 0);  // no writer: a plain read would block forever
-  EXPECT_NE(refusal_to_read(at("fifo")).find("--profile '" + at("fifo") + "' is a FIFO; give the name of a regular file"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal_to_read(at("fifo")).find("--profile '" + at("fifo") + "' is a FIFO; give the name of a regular file"),
+      std::string::npos);
   EXPECT_NE(refusal_to_read("/dev/zero").find("is a character device"), std::string::npos);  // would never end
   EXPECT_NE(refusal_to_read(folder_.string()).find("is a folder"), std::string::npos);
   remat::write_file_atomically(at("big"), std::string(2000, 'x'));

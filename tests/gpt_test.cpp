@@ -84,7 +84,8 @@ TEST(Gpt, ConfigErrorsAreClear) {
     Gpt model(c);
     FAIL();
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find("GptConfig::heads (5) must divide GptConfig::hidden (32)"), std::string::npos);
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("GptConfig::heads (5) must divide GptConfig::hidden (32)"),
+              std::string::npos);
   }
 }
 
@@ -131,8 +132,13 @@ TEST(FusedOps, ComputeTheUnfusedValuesAndGradients) {
                                down->weight, down->bias)
                          : down(torch::gelu(up(ln(x))));
     y.pow(2).sum().backward();
-    return std::vector<at::Tensor>{y.detach(), x.grad().clone(), ln->weight.grad().clone(), ln->bias.grad().clone(),
-                                   up->weight.grad().clone(), up->bias.grad().clone(), down->weight.grad().clone(),
+    return std::vector<at::Tensor>{y.detach(),
+                                   x.grad().clone(),
+                                   ln->weight.grad().clone(),
+                                   ln->bias.grad().clone(),
+                                   up->weight.grad().clone(),
+                                   up->bias.grad().clone(),
+                                   down->weight.grad().clone(),
                                    down->bias.grad().clone()};
   };
   const auto unfused = grads(false), fused = grads(true);
@@ -153,7 +159,8 @@ TEST(Gpt, MatmulInputsOptionDropsTheLayerNormAndGeluOutputsExactly) {
   auto held_after_forward = [&](const std::string& policy) {
     const remat::Plan plan = remat::models::gpt_policy_plan(policy, chain);
     model->zero_grad();
-    return remat::measure_step([&] { return remat::run_plan(chain, plan, tokens); }).activation_bytes_at_end_of_forward();
+    return remat::measure_step([&] { return remat::run_plan(chain, plan, tokens); })
+        .activation_bytes_at_end_of_forward();
   };
   held_after_forward("none");  // allocate the gradients once, before measuring
   const int64_t full = held_after_forward("none");
@@ -181,7 +188,8 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
           model->zero_grad(/*set_to_none=*/true);
           const at::Tensor x = input.clone().requires_grad_(true);
           torch::manual_seed(7);
-          at::Tensor y = graph_only ? chain.forward_stage_graph_only(index, x, option) : chain.forward_stage(index, x, option);
+          at::Tensor y =
+              graph_only ? chain.forward_stage_graph_only(index, x, option) : chain.forward_stage(index, x, option);
           const int64_t output_bytes = static_cast<int64_t>(y.storage().nbytes());
           y.backward(grad);
           auto grads = remat::testing::parameter_grads(*model);
@@ -210,8 +218,8 @@ TEST(Gpt, GraphOnlyComputesTheValueForStridedInputsAndDrawsNoMaskInEvaluation) {
   const at::Tensor w = torch::randn({8, 32}), b = torch::randn({8});
   // Not a (B,T,K) contiguous input: the expression is computed, value included.
   const at::Tensor strided = torch::randn({2, 32, 4}).transpose(1, 2);
-  EXPECT_TRUE(remat::testing::bitwise_equal(remat::models::residual_linear_dropout_graph_only(x, strided, w, b, 0.1, false),
-                                            x + at::linear(strided, w, b)));
+  EXPECT_TRUE(remat::testing::bitwise_equal(
+      remat::models::residual_linear_dropout_graph_only(x, strided, w, b, 0.1, false), x + at::linear(strided, w, b)));
   // Evaluation mode: no mask, and still no value.
   at::Tensor hg = h.clone().requires_grad_(true);
   at::Tensor y = remat::models::residual_linear_dropout_graph_only(x, hg, w, b, 0.1, /*training=*/false);

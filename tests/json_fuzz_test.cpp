@@ -67,10 +67,30 @@ nlohmann::json deep(int levels) {
 
 // Values a hostile or broken file puts where a field should be.
 std::vector<nlohmann::json> hostile_values() {
-  return {nullptr, true, -1, 0, 1, 1.5, -0.0, 1e30, -1e30, INT64_MAX, INT64_MIN, uint64_t{1} << 63,
-          (int64_t{1} << 53) + 1, "", "x", std::string(10000, 'a'), "full", "s0", "checkpoint",
-          nlohmann::json::array(), nlohmann::json::object(), nlohmann::json::array({1, "a"}),
-          nlohmann::json{{"checkpoint", nlohmann::json::array()}}, deep(2000)};
+  return {nullptr,
+          true,
+          -1,
+          0,
+          1,
+          1.5,
+          -0.0,
+          1e30,
+          -1e30,
+          INT64_MAX,
+          INT64_MIN,
+          uint64_t{1} << 63,
+          (int64_t{1} << 53) + 1,
+          "",
+          "x",
+          std::string(10000, 'a'),
+          "full",
+          "s0",
+          "checkpoint",
+          nlohmann::json::array(),
+          nlohmann::json::object(),
+          nlohmann::json::array({1, "a"}),
+          nlohmann::json{{"checkpoint", nlohmann::json::array()}},
+          deep(2000)};
 }
 
 // Every value of the document, by pointer (iteratively), so one can be replaced.
@@ -107,8 +127,10 @@ std::string mutate(const nlohmann::json& valid, std::mt19937& rng) {
       const auto target = pointers[pick(pointers.size())];
       if (target.empty()) return "{}";
       auto& parent = doc[target.parent_pointer()];
-      if (parent.is_object()) parent.erase(target.back());
-      else parent.erase(static_cast<size_t>(std::stoul(target.back())));
+      if (parent.is_object())
+        parent.erase(target.back());
+      else
+        parent.erase(static_cast<size_t>(std::stoul(target.back())));
       return doc.dump();
     }
     case 2:  // cut short
@@ -151,7 +173,8 @@ TEST(JsonFuzz, MutatedCostTablesLoadSanelyOrAreRefusedNamingTheFile) {
   std::mt19937 rng(2026);
   for (int i = 0; i < kMutationsPerLoader; ++i) {
     expect_loaded_or_refused_clearly(
-        mutate(valid, rng), "costs.json", [](const std::string& t) { return remat::CostTable::from_json(t, "costs.json"); },
+        mutate(valid, rng), "costs.json",
+        [](const std::string& t) { return remat::CostTable::from_json(t, "costs.json"); },
         [&](const remat::CostTable& loaded) {
           if (loaded.stages.size() != plan.stage_names.size()) return;
           remat::Plan p = plan;

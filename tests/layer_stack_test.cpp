@@ -55,9 +55,8 @@ class LayerStackTest : public ::testing::Test {
 }  // namespace
 
 TEST_F(LayerStackTest, CheckpointPerLayerGivesThePlainGradientsBitwise) {
-  expect_same(plain, run(stack, x, [&](const at::Tensor& in) {
-                return stack->forward(in, StackMode::checkpoint_each_layer);
-              }));
+  expect_same(
+      plain, run(stack, x, [&](const at::Tensor& in) { return stack->forward(in, StackMode::checkpoint_each_layer); }));
 }
 
 TEST_F(LayerStackTest, CheckpointSequentialGivesThePlainGradientsBitwise) {
@@ -65,16 +64,14 @@ TEST_F(LayerStackTest, CheckpointSequentialGivesThePlainGradientsBitwise) {
   for (auto& b : stack->blocks) seq->push_back(b);
   for (int64_t segments : {2, 3, 8}) {
     SCOPED_TRACE("segments = " + std::to_string(segments));
-    expect_same(plain, run(stack, x, [&](const at::Tensor& in) {
-                  return remat::checkpoint_sequential(seq, segments, in);
-                }));
+    expect_same(plain,
+                run(stack, x, [&](const at::Tensor& in) { return remat::checkpoint_sequential(seq, segments, in); }));
   }
 }
 
 TEST_F(LayerStackTest, NestedCheckpointsGiveThePlainGradientsBitwise) {
-  expect_same(plain, run(stack, x, [&](const at::Tensor& in) {
-                return stack->forward(in, StackMode::checkpoint_pairs_nested);
-              }));
+  expect_same(plain, run(stack, x,
+                         [&](const at::Tensor& in) { return stack->forward(in, StackMode::checkpoint_pairs_nested); }));
 }
 
 TEST_F(LayerStackTest, PerLayerCheckpointingHoldsOnlyLayerBoundariesAtTheEndOfForward) {
@@ -96,8 +93,8 @@ TEST_F(LayerStackTest, PerLayerCheckpointingHoldsOnlyLayerBoundariesAtTheEndOfFo
   EXPECT_GE(checkpointed.activation_bytes_at_end_of_forward(), boundary_bytes);
   EXPECT_GE(unchecked.activation_bytes_at_end_of_forward(), 3 * checkpointed.activation_bytes_at_end_of_forward());
   EXPECT_LT(checkpointed.activation_peak_bytes(), unchecked.activation_peak_bytes());
-  std::cout << "end of forward: unchecked " << unchecked.activation_bytes_at_end_of_forward()
-            << " B, checkpointed " << checkpointed.activation_bytes_at_end_of_forward() << " B (allowed "
-            << allowed << "); peak: " << unchecked.activation_peak_bytes() << " vs "
-            << checkpointed.activation_peak_bytes() << " B\n";
+  std::cout << "end of forward: unchecked " << unchecked.activation_bytes_at_end_of_forward() << " B, checkpointed "
+            << checkpointed.activation_bytes_at_end_of_forward() << " B (allowed " << allowed
+            << "); peak: " << unchecked.activation_peak_bytes() << " vs " << checkpointed.activation_peak_bytes()
+            << " B\n";
 }

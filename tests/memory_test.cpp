@@ -136,7 +136,8 @@ TEST(MemoryTimeline, MarksForwardBackwardAndRecomputePhases) {
 }
 
 TEST(MemoryTimeline, WritesCsvAndRejectsAnUnwritablePath) {
-  const std::vector<remat::MemoryEvent> events = {{0.0, 10, remat::StepPhase::idle}, {0.5, 20, remat::StepPhase::recompute}};
+  const std::vector<remat::MemoryEvent> events = {{0.0, 10, remat::StepPhase::idle},
+                                                  {0.5, 20, remat::StepPhase::recompute}};
   const std::string path = testing::TempDir() + "remat_timeline_test.csv";
   remat::write_memory_events_csv(events, path);
   std::ifstream in(path);

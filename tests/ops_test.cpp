@@ -62,7 +62,8 @@ void expect_matches_plain(const Case& c, double p = 0.0) {
   }
   torch::manual_seed(11);  // the operation draws the same seed
   at::Tensor fused = remat::ops::attention(
-      q, k, v, AttentionOptions().causal(c.causal).dropout(p).block_rows(c.block_rows).kernel(AttentionKernel::blocked));
+      q, k, v,
+      AttentionOptions().causal(c.causal).dropout(p).block_rows(c.block_rows).kernel(AttentionKernel::blocked));
   auto fused_grads = torch::autograd::grad({fused}, {q, k, v}, {upstream});
   at::Tensor plain = plain_attention(q, k, v, c.causal, mask);
   auto plain_grads = torch::autograd::grad({plain}, {q, k, v}, {upstream});
@@ -74,17 +75,17 @@ void expect_matches_plain(const Case& c, double p = 0.0) {
   ASSERT_EQ(fused.sizes(), plain.sizes()) << what;
   EXPECT_LE(relative_difference(fused, plain), 1e-5) << what << ": output";
   const char* names[] = {"dq", "dk", "dv"};
-  for (int i = 0; i < 3; ++i) EXPECT_LE(relative_difference(fused_grads[i], plain_grads[i]), 1e-5) << what << ": " << names[i];
+  for (int i = 0; i < 3; ++i)
+    EXPECT_LE(relative_difference(fused_grads[i], plain_grads[i]), 1e-5) << what << ": " << names[i];
 }
 
 const Case kCases[] = {
-    {2, 3, 37, 37, 8, 8, true},     // T not a multiple of the block
-    {2, 3, 37, 37, 8, 8, false},
-    {1, 1, 5, 5, 1, 2, true},       // one head, head size 1
-    {1, 1, 5, 5, 1, 0, false},      // automatic block: one block
-    {3, 2, 7, 11, 4, 3, false},     // cross attention: more keys than queries
-    {2, 4, 64, 64, 16, 16, true},   // blocks that divide T
-    {1, 2, 33, 33, 5, 1, true},     // one row per block
+    {2, 3, 37, 37, 8, 8, true},                              // T not a multiple of the block
+    {2, 3, 37, 37, 8, 8, false},  {1, 1, 5, 5, 1, 2, true},  // one head, head size 1
+    {1, 1, 5, 5, 1, 0, false},                               // automatic block: one block
+    {3, 2, 7, 11, 4, 3, false},                              // cross attention: more keys than queries
+    {2, 4, 64, 64, 16, 16, true},                            // blocks that divide T
+    {1, 2, 33, 33, 5, 1, true},                              // one row per block
 };
 
 }  // namespace
@@ -148,13 +149,15 @@ TEST(MemoryEfficientAttention, RejectsBadInputClearly) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message([&] { remat::ops::attention(q, k, k, AttentionOptions().causal(true)); }).find("as many queries as keys"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { remat::ops::attention(q, k, k, AttentionOptions().causal(true)); }).find("as many queries as keys"),
+      std::string::npos);
   EXPECT_NE(message([&] { remat::ops::attention(q.view({2, 5, 4}), k, k); }).find("4-dimensional"), std::string::npos);
   EXPECT_NE(message([&] { remat::ops::attention(q, k, k.narrow(2, 0, 5)); }).find("same shape"), std::string::npos);
   EXPECT_NE(message([&] { remat::ops::attention(q, k, k, AttentionOptions().dropout(1.0)); }).find("[0, 1)"),
             std::string::npos);
-  EXPECT_NE(message([&] { remat::ops::attention(q.to(torch::kLong), k, k); }).find("floating-point"), std::string::npos);
+  EXPECT_NE(message([&] { remat::ops::attention(q.to(torch::kLong), k, k); }).find("floating-point"),
+            std::string::npos);
 }
 
 // LibTorch 2.1+: `automatic` runs scaled_dot_product_attention where it has a fused kernel (on CPU:
@@ -168,7 +171,8 @@ TEST(MemoryEfficientAttention, AutomaticKernelIsSdpaWhereLibTorchHasAFusedOne) {
   const auto sdpa_dropout = AttentionOptions().causal(true).dropout(0.3).kernel(AttentionKernel::sdpa);
 #if REMAT_TORCH_AT_LEAST(2, 1)
   EXPECT_EQ(remat::ops::attention_kernel(q, k, v, no_dropout), AttentionKernel::sdpa);
-  EXPECT_EQ(remat::ops::attention_kernel(q, k, v, AttentionOptions().causal(true).dropout(0.1)), AttentionKernel::blocked)
+  EXPECT_EQ(remat::ops::attention_kernel(q, k, v, AttentionOptions().causal(true).dropout(0.1)),
+            AttentionKernel::blocked)
       << "on CPU, SDPA with dropout is its math kernel: it keeps the probabilities";
   const at::Tensor upstream = torch::randn({2, 3, 37, 8});
   const at::Tensor y = remat::ops::attention(q, k, v, no_dropout), plain = plain_attention(q, k, v, true);
@@ -183,8 +187,8 @@ TEST(MemoryEfficientAttention, AutomaticKernelIsSdpaWhereLibTorchHasAFusedOne) {
     torch::manual_seed(9);
     const auto direct = torch::autograd::grad(fn({q, k, v}), {q, k, v}, {upstream});
     torch::manual_seed(9);
-    const auto checkpointed =
-        torch::autograd::grad(remat::checkpoint(fn, {q, k, v}, remat::CheckpointOptions().mode(mode)), {q, k, v}, {upstream});
+    const auto checkpointed = torch::autograd::grad(
+        remat::checkpoint(fn, {q, k, v}, remat::CheckpointOptions().mode(mode)), {q, k, v}, {upstream});
     for (int i = 0; i < 3; ++i) EXPECT_TRUE(direct[i].equal(checkpointed[i])) << remat::to_string(mode) << " " << i;
   }
 #else
@@ -282,7 +286,8 @@ TEST(RegeneratedDropout, TheDevicePathMasksAsTheCpuLoopBitwise) {
     }
     for (const double p : {0.1, 0.5}) {
       for (const at::Tensor& input : {x, x.t()}) {  // contiguous, and element order by strides
-        SCOPED_TRACE(std::string(toString(dtype)) + " p " + std::to_string(p) + (input.is_contiguous() ? "" : " transposed"));
+        SCOPED_TRACE(std::string(toString(dtype)) + " p " + std::to_string(p) +
+                     (input.is_contiguous() ? "" : " transposed"));
         const at::Tensor by_loop = remat::ops::apply_dropout_mask(input, 77, p);
         ForceTensorKeepPath tensor_ops;
         const at::Tensor by_tensor_ops = remat::ops::apply_dropout_mask(input, 77, p);

@@ -132,26 +132,34 @@ TEST(Plan, JsonRoundTripKeepsTheCheckpointMode) {
   EXPECT_EQ(again.to_string(), "[a] b (non-reentrant)");
   std::string bad = plan.to_json();
   bad.replace(bad.find("\"non-reentrant\""), 15, "\"sideways\"");
-  REMAT_EXPECT_ERROR(Plan::from_json(bad, "p.json"), "p.json: field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\"");
+  REMAT_EXPECT_ERROR(Plan::from_json(bad, "p.json"),
+                     "p.json: field 'checkpoint_mode' must be \"reentrant\" or \"non-reentrant\"");
 }
 
 TEST(Plan, MalformedJsonIsAClearError) {
   REMAT_EXPECT_ERROR(Plan::from_json("{not json", "p.json"), "p.json: not valid JSON");
   REMAT_EXPECT_ERROR(Plan::from_json("[]", "p.json"), "not a remat plan");
-  REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 7})", "p.json"), "version 7 is not supported");
+  REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 7})", "p.json"),
+                     "version 7 is not supported");
   REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 1, "granularity": "block"})", "p.json"),
-               "field 'stages' must be");
+                     "field 'stages' must be");
   auto with_plan = [](const std::string& plan_array, const std::string& options = R"(["full","full","full","full"])") {
     return R"({"format": "remat-plan", "version": 1, "granularity": "block",
-      "stages": ["embed", "block0", "block1", "head"], "options": )" + options + R"(, "plan": )" + plan_array + "}";
+      "stages": ["embed", "block0", "block1", "head"], "options": )" +
+           options + R"(, "plan": )" + plan_array + "}";
   };
   REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block7", "block1", "head"])")), "unknown stage 'block7'");
-  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block1", "block0", "head"])")), "expected 'block0' but found 'block1'");
-  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block0", "block1", "head"])")), "expected 'block1' but found 'block0'");
-  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"checkpoint": []}, "block0", "block1", "head"])")), "segment is empty");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block1", "block0", "head"])")),
+                     "expected 'block0' but found 'block1'");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block0", "block1", "head"])")),
+                     "expected 'block1' but found 'block0'");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"checkpoint": []}, "block0", "block1", "head"])")),
+                     "segment is empty");
   REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0"])")), "the plan stops at stage 'block1'");
-  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"keep": ["block0"]}, "block1", "head"])")), "expected a stage name or");
-  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block1", "head"])", R"(["full"])")), "'options' has 1 entries");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", {"keep": ["block0"]}, "block1", "head"])")),
+                     "expected a stage name or");
+  REMAT_EXPECT_ERROR(Plan::from_json(with_plan(R"(["embed", "block0", "block1", "head"])", R"(["full"])")),
+                     "'options' has 1 entries");
 }
 
 TEST(Plan, DeepNestingIsRefusedWithoutRecursingIntoIt) {
@@ -170,8 +178,9 @@ TEST(Plan, DeepNestingIsRefusedWithoutRecursingIntoIt) {
     "stages": ["embed", "block0", "block1", "head"], "options": ["full","full","full","full"],
     "plan": ["embed", {"checkpoint": [{"checkpoint": [{"checkpoint": [{"checkpoint": [{"checkpoint": ["block0"]}]}]}]}]},
              "block1", "head"]})";
-  REMAT_EXPECT_ERROR(Plan::from_json(five, "five.json"),
-                     "five.json: field 'plan' nests checkpoints more than 4 levels deep; a plan of 4 stages can use at most 4");
+  REMAT_EXPECT_ERROR(
+      Plan::from_json(five, "five.json"),
+      "five.json: field 'plan' nests checkpoints more than 4 levels deep; a plan of 4 stages can use at most 4");
   // A deep element where a stage is expected is described, not serialised.
   std::string arrays(levels, '[');
   arrays += std::string(levels, ']');
@@ -192,8 +201,9 @@ TEST(Plan, AProgrammaticPlanNestedTooDeepIsRefusedByValidationAndSimulation) {
   for (int i = 1; i < 300; ++i) plan.items.push_back(remat::PlanItem::run(i));
   remat::CostTable costs;
   costs.stages.resize(300);
-  REMAT_EXPECT_ERROR(remat::simulate(plan, costs),
-                     "simulate: checkpointed segments nest more than 256 levels deep; a plan of 300 stages can use at most 256");
+  REMAT_EXPECT_ERROR(
+      remat::simulate(plan, costs),
+      "simulate: checkpointed segments nest more than 256 levels deep; a plan of 300 stages can use at most 256");
   REMAT_EXPECT_ERROR(plan.check_nesting("the plan"), "more than 256 levels deep");
 }
 
@@ -266,8 +276,9 @@ TEST(Plan, AHundredThousandStageSegmentSimulatesInLinearTime) {
 TEST(Plan, AFileListingMoreStagesThanTheModelHasIsRefusedWhileRead) {
   const Plan plan = Plan::from_json(kValidPlan, "plan.json", 4);  // exactly as many: accepted
   EXPECT_EQ(plan.stage_names.size(), 4u);
-  REMAT_EXPECT_ERROR(Plan::from_json(kValidPlan, "plan.json", 3),
-                     "plan.json: field 'stages' lists more than 3 entries, but this model's chains have at most 3 stages");
+  REMAT_EXPECT_ERROR(
+      Plan::from_json(kValidPlan, "plan.json", 3),
+      "plan.json: field 'stages' lists more than 3 entries, but this model's chains have at most 3 stages");
   // A malformed file is still reported by the full parse, in its words.
   REMAT_EXPECT_ERROR(Plan::from_json("{\"stages\": [1, 2", "plan.json", 3), "plan.json: not valid JSON");
 }
@@ -283,8 +294,10 @@ TEST(Plan, APlanForAnotherChainIsRefused) {
   REMAT_EXPECT_ERROR(bad_option.validate_against(ToyChain::of_blocks(2)),
                      "stage 'head' has no option 'selective'; it offers: full");
   // Checked by name: a chain of the same length and granularity with other names is another chain.
-  ToyChain renamed("block", {{"stem", -1, {"full"}}, {"conv0", 0, {"full", "selective"}},
-                             {"conv1", 1, {"full", "selective"}}, {"head", -1, {"full"}}});
+  ToyChain renamed("block", {{"stem", -1, {"full"}},
+                             {"conv0", 0, {"full", "selective"}},
+                             {"conv1", 1, {"full", "selective"}},
+                             {"head", -1, {"full"}}});
   REMAT_EXPECT_ERROR(plan.validate_against(renamed), "stem");
 }
 
@@ -345,9 +358,11 @@ TEST(Plan, RunPlanRefusesAPlanOfAnotherChainOfTheSameLength) {
 // gradients, the observer told of every item in order with that item's output.
 TEST(Plan, AnObservedRunIsRunPlanWithEachTopLevelItemReported) {
   RecordingChain plain(4), observed(4);
-  for (size_t i = 0; i < observed.weights.size(); ++i) observed.weights[i] = plain.weights[i].detach().clone().requires_grad_(true);
+  for (size_t i = 0; i < observed.weights.size(); ++i)
+    observed.weights[i] = plain.weights[i].detach().clone().requires_grad_(true);
   Plan plan = Plan::plain(plain);
-  plan.items = {remat::PlanItem::run(0), remat::PlanItem::checkpointed({remat::PlanItem::run(1), remat::PlanItem::run(2)}),
+  plan.items = {remat::PlanItem::run(0),
+                remat::PlanItem::checkpointed({remat::PlanItem::run(1), remat::PlanItem::run(2)}),
                 remat::PlanItem::run(3)};
   const at::Tensor x = torch::randn({4});
   const at::Tensor expected = remat::run_plan(plain, plan, x);
@@ -377,9 +392,10 @@ TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
   using remat::PlanItem;
   // s0 [s1 s2] [s3 [s4 s5]] s6: the outer segment ends in a nested segment, whose value the
   // outer recompute needs... not at all, but only stages are run graph-only; s2 and s5 are.
-  plan.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}),
-                PlanItem::checkpointed({PlanItem::run(3), PlanItem::checkpointed({PlanItem::run(4), PlanItem::run(5)})}),
-                PlanItem::run(6)};
+  plan.items = {
+      PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}),
+      PlanItem::checkpointed({PlanItem::run(3), PlanItem::checkpointed({PlanItem::run(4), PlanItem::run(5)})}),
+      PlanItem::run(6)};
   plan.validate_against(chain);
   const at::Tensor x = torch::randn({4}, torch::requires_grad());
 
@@ -431,5 +447,6 @@ TEST(Plan, TheUncheckedPlanIsTheSameFromAChainATableOrAnotherPlan) {
     costs.stages.push_back(stage);
   }
   EXPECT_EQ(costs.plain_plan(remat::CheckpointMode::non_reentrant).to_json(), plain.to_json());
-  REMAT_EXPECT_ERROR(Plan::unchecked("block", {"a", "b"}, {"full"}), "one default option per stage: 2 stages, 1 options");
+  REMAT_EXPECT_ERROR(Plan::unchecked("block", {"a", "b"}, {"full"}),
+                     "one default option per stage: 2 stages, 1 options");
 }

@@ -110,7 +110,8 @@ std::vector<double> brute_force(const CostTable& t, int64_t max_budget,
       for (const auto& items : lists) {
         plan.items = items;
         const auto p = remat::simulate(plan, t);
-        for (int64_t m = std::max<int64_t>(p.peak_bytes, 0); m <= max_budget; ++m) best[m] = std::min(best[m], p.step_seconds);
+        for (int64_t m = std::max<int64_t>(p.peak_bytes, 0); m <= max_budget; ++m)
+          best[m] = std::min(best[m], p.step_seconds);
       }
       return;
     }
@@ -148,7 +149,8 @@ TEST(Planner, DynamicProgramEqualsBruteForceOnRandomChainsForEveryBudget) {
     ASSERT_EQ(planner.unit_bytes(), 1);
     double previous = kInf;
     for (int64_t m = 0; m <= max_budget; ++m) {
-      SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(n) + " stages, budget " + std::to_string(m));
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(n) + " stages, budget " +
+                   std::to_string(m));
       const double least = planner.least_seconds(m);
       ASSERT_EQ(least, expected[m]);
       EXPECT_LE(least, previous) << "cost rose with the budget";
@@ -170,7 +172,8 @@ TEST(Planner, NonReentrantPlansHoldNoParameterGradientsAndTheProgramStillEqualsB
     const CostTable costs = random_chain(rng, n, 2);
     const int64_t max_budget = 70;
     const auto expected = brute_force(costs, max_budget, non_reentrant);
-    const remat::OptimalPlanner planner(costs, remat::PlannerOptions().mode(non_reentrant).memory_slots(max_budget), max_budget);
+    const remat::OptimalPlanner planner(costs, remat::PlannerOptions().mode(non_reentrant).memory_slots(max_budget),
+                                        max_budget);
     for (int64_t m = 0; m <= max_budget; ++m) {
       ASSERT_EQ(planner.least_seconds(m), expected[m]) << "trial " << trial << ", budget " << m;
       const auto result = planner.plan(m);
@@ -256,7 +259,8 @@ TEST(Planner, ParsesBudgets) {
     }
   }
   // A 100,000-digit budget is refused without echoing it whole; 1e400 is out of range, not "not a number".
-  const std::string digits = remat::testing::error_of([] { remat::Budget::parse(std::string(100000, '9')).to_bytes(100); });
+  const std::string digits =
+      remat::testing::error_of([] { remat::Budget::parse(std::string(100000, '9')).to_bytes(100); });
   EXPECT_NE(digits.find("is out of range"), std::string::npos) << digits.substr(0, 200);
   EXPECT_LT(digits.size(), 400u);
   REMAT_EXPECT_ERROR(remat::Budget::parse("1e400").to_bytes(100), "budget '1e400' is out of range");
@@ -268,9 +272,10 @@ TEST(Simulator, ChargesOnlyASegmentsLastStageItsGraphOnlyCosts) {
   for (auto& s : costs.stages) s.options[0].graph_only.reset();
   Plan plan = template_for(costs);
   // s0 [s1 [s2] s3] s4: s2 ends the inner segment, s3 the outer one; s4 ends no segment.
-  plan.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::checkpointed({PlanItem::run(2)}),
-                                                          PlanItem::run(3)}),
-                PlanItem::run(4)};
+  plan.items = {
+      PlanItem::run(0),
+      PlanItem::checkpointed({PlanItem::run(1), PlanItem::checkpointed({PlanItem::run(2)}), PlanItem::run(3)}),
+      PlanItem::run(4)};
   const remat::Prediction plain = remat::simulate(plan, costs);
   auto faster = [&](int stage, double saved) {
     CostTable c = costs;
@@ -352,8 +357,8 @@ TEST(Planner, AChainTooLongForAnyTableIsAClearErrorAtOnce) {
   std::mt19937 rng(5);
   const CostTable costs = random_chain(rng, 100000, 1);
   const std::string message = remat::testing::error_of([&] { remat::OptimalPlanner{costs}; });
-  for (const char* fragment : {"planner: a chain of 100000 stages with 1000 memory slots", "coarser granularity",
-                               "fewer memory slots"}) {
+  for (const char* fragment :
+       {"planner: a chain of 100000 stages with 1000 memory slots", "coarser granularity", "fewer memory slots"}) {
     EXPECT_NE(message.find(fragment), std::string::npos) << message;
   }
 }
@@ -515,7 +520,8 @@ TEST(PlanRequest, ChoosesAPolicyAPlanOrTheOptimalPlanForABudget) {
   };
   const auto non_reentrant = remat::CheckpointMode::non_reentrant;
 
-  const remat::ChosenPlan policy = remat::choose_plan(remat::PlanRequest::of_policy("all").mode(non_reentrant), sources);
+  const remat::ChosenPlan policy =
+      remat::choose_plan(remat::PlanRequest::of_policy("all").mode(non_reentrant), sources);
   EXPECT_EQ(policy.plan.mode, non_reentrant);
   EXPECT_EQ(policy.source, "policy all");
   EXPECT_FALSE(policy.planned.has_value());
@@ -537,15 +543,17 @@ TEST(PlanRequest, ChoosesAPolicyAPlanOrTheOptimalPlanForABudget) {
   ASSERT_TRUE(planned.planned.has_value());
   EXPECT_EQ(planned.plan.to_json(), planned.planned->plan.to_json());
   EXPECT_EQ(planned.plan.mode, non_reentrant);
-  EXPECT_EQ(planned.plan.to_json(),
-            remat::plan_optimal(costs, "70%", remat::PlannerOptions().mode(non_reentrant).memory_slots(500)).plan.to_json());
+  EXPECT_EQ(
+      planned.plan.to_json(),
+      remat::plan_optimal(costs, "70%", remat::PlannerOptions().mode(non_reentrant).memory_slots(500)).plan.to_json());
   EXPECT_EQ(planned.source.rfind("optimal for budget 70% = ", 0), 0u) << planned.source;
 
   REMAT_EXPECT_ERROR(remat::choose_plan(remat::PlanRequest::of_budget(remat::Budget::bytes(1)), sources),
                      "the smallest feasible budget is");
   REMAT_EXPECT_ERROR(remat::choose_plan(remat::PlanRequest::of_policy("none"), sources), "unknown policy 'none'");
-  REMAT_EXPECT_ERROR(remat::choose_plan(remat::PlanRequest::of_budget("50%"), remat::PlanSources{sources.policy, nullptr}),
-                     "budget 50% needs PlanSources::costs");
+  REMAT_EXPECT_ERROR(
+      remat::choose_plan(remat::PlanRequest::of_budget("50%"), remat::PlanSources{sources.policy, nullptr}),
+      "budget 50% needs PlanSources::costs");
   REMAT_EXPECT_ERROR(remat::PlanRequest::of_policy("all").budget(), "policy all holds no budget");
   REMAT_EXPECT_ERROR(remat::PlanRequest::of_plan_file("/nonexistent/plan.json"), "/nonexistent/plan.json");
 }
@@ -563,8 +571,13 @@ TEST(CompareMeasured, FindsTheFastestFittingPolicyWithPairedRatiosAndMeasuresEac
   std::vector<remat::NamedPlan> policies;
   for (const std::string& name : {"all", "pairs"}) {
     Plan p = costs.plain_plan();
-    if (name == "all") p.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2), PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)};
-    if (name == "pairs") p.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}), PlanItem::checkpointed({PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)};
+    if (name == "all")
+      p.items = {PlanItem::run(0),
+                 PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2), PlanItem::run(3), PlanItem::run(4)}),
+                 PlanItem::run(5)};
+    if (name == "pairs")
+      p.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2)}),
+                 PlanItem::checkpointed({PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)};
     policies.push_back({name, p});
   }
   policies.push_back({"again", policies[0].plan});  // the same plan under another name: measured once
@@ -576,7 +589,8 @@ TEST(CompareMeasured, FindsTheFastestFittingPolicyWithPairedRatiosAndMeasuresEac
       const remat::Prediction p = remat::simulate(plan, costs);
       remat::PlanMeasurement m;
       m.activation_peak_bytes = p.peak_bytes;
-      for (int round = 0; round < 5; ++round) m.all_step_seconds.push_back(p.step_seconds * (1 + 0.2 * round));  // drift
+      for (int round = 0; round < 5; ++round)
+        m.all_step_seconds.push_back(p.step_seconds * (1 + 0.2 * round));  // drift
       m.step_seconds = m.all_step_seconds[2];
       out.push_back(m);
     }
@@ -606,7 +620,8 @@ TEST(CompareMeasured, FindsTheFastestFittingPolicyWithPairedRatiosAndMeasuresEac
     }
   }
   std::vector<remat::PlanResult> infeasible = {remat::plan_optimal(costs, remat::Budget::bytes(1))};
-  REMAT_EXPECT_ERROR(remat::compare_measured(costs.plain_plan(), infeasible, policies, measure), "compare feasible results only");
+  REMAT_EXPECT_ERROR(remat::compare_measured(costs.plain_plan(), infeasible, policies, measure),
+                     "compare feasible results only");
 }
 
 namespace {
@@ -697,9 +712,9 @@ TEST(Throughput, TheSearchEqualsBruteForceOverMicroBatchesAndPlans) {
       each_option(0);
     }
 
-    const remat::ThroughputChoice choice = remat::plan_throughput(
-        costs_at, global, remat::Budget::bytes(budget),
-        remat::ThroughputOptions().planner(remat::PlannerOptions().memory_slots(budget)));
+    const remat::ThroughputChoice choice =
+        remat::plan_throughput(costs_at, global, remat::Budget::bytes(budget),
+                               remat::ThroughputOptions().planner(remat::PlannerOptions().memory_slots(budget)));
     ASSERT_EQ(choice.frontier.size(), 6u);
     if (best_micro == 0) {
       EXPECT_FALSE(choice.best.has_value());
@@ -712,7 +727,8 @@ TEST(Throughput, TheSearchEqualsBruteForceOverMicroBatchesAndPlans) {
     EXPECT_EQ(choice.chosen().accumulation * choice.chosen().micro_batch, global);
     for (const auto& f : choice.frontier) {
       if (f.planned.feasible) EXPECT_LE(f.planned.prediction.peak_bytes, budget) << f.micro_batch;
-      EXPECT_EQ(f.unchecked_fits, remat::simulate(costs_at(f.micro_batch).plain_plan(), costs_at(f.micro_batch)).peak_bytes <= budget);
+      EXPECT_EQ(f.unchecked_fits,
+                remat::simulate(costs_at(f.micro_batch).plain_plan(), costs_at(f.micro_batch)).peak_bytes <= budget);
     }
   }
 }

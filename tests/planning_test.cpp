@@ -155,7 +155,8 @@ TEST(Planners, EveryPlannersPlanTrainsLikeNone) {
   base.batch = 4;
   base.seed = 3;
   const std::string plan_file =
-      (std::filesystem::temp_directory_path() / ("remat-planning-test-" + std::to_string(::getpid()) + ".json")).string();
+      (std::filesystem::temp_directory_path() / ("remat-planning-test-" + std::to_string(::getpid()) + ".json"))
+          .string();
   auto run = [&](std::optional<Plan> plan) {
     remat::train::TrainOptions o = base;
     if (plan) {

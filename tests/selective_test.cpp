@@ -117,8 +117,7 @@ struct Gradients {
 };
 
 // One forward and backward of `run` on a leaf copy of `x`, seeded, with sum(out²) as the loss.
-Gradients gradients_of(Block& block, const at::Tensor& x,
-                       const std::function<at::Tensor(const at::Tensor&)>& run) {
+Gradients gradients_of(Block& block, const at::Tensor& x, const std::function<at::Tensor(const at::Tensor&)>& run) {
   for (auto& p : block.parameters()) p.mutable_grad() = at::Tensor();
   at::Tensor leaf = x.detach().clone().requires_grad_(true);
   torch::manual_seed(7);
@@ -140,8 +139,8 @@ bool intercepting() { return c10::impl::tls_is_dispatch_key_included(c10::Dispat
 
 }  // namespace
 
-INSTANTIATE_TEST_SUITE_P(Modes, Selective,
-                         ::testing::Values(CheckpointMode::reentrant, CheckpointMode::non_reentrant), mode_name);
+INSTANTIATE_TEST_SUITE_P(Modes, Selective, ::testing::Values(CheckpointMode::reentrant, CheckpointMode::non_reentrant),
+                         mode_name);
 
 TEST_P(Selective, GradientsAreBitwiseThePlainRunsUnderEveryPreset) {
   torch::manual_seed(0);
@@ -228,9 +227,10 @@ TEST_P(Selective, AKeptResultChangedInPlaceLaterInTheForwardIsCopiedFirst) {
 TEST_P(Selective, MustSaveOnACallThatChangesItsInputIsRefused) {
   const at::Tensor x = torch::randn({4, 4}, torch::requires_grad());
   auto keep_everything = [](const remat::OperatorCall&) { return CheckpointPolicy::must_save; };
-  expect_error_containing([&] { remat::checkpoint([](const at::Tensor& v) { return (v * 2).relu_(); }, x, with(keep_everything)); },
-                          {"checkpoint 'checkpoint': the selective policy returned must_save for aten::relu_",
-                           "cannot be kept apart", "prefer_save"});
+  expect_error_containing(
+      [&] { remat::checkpoint([](const at::Tensor& v) { return (v * 2).relu_(); }, x, with(keep_everything)); },
+      {"checkpoint 'checkpoint': the selective policy returned must_save for aten::relu_", "cannot be kept apart",
+       "prefer_save"});
   // prefer_save recomputes such calls instead, and the gradients are right.
   auto prefer = [](const remat::OperatorCall&) { return CheckpointPolicy::prefer_save; };
   at::Tensor y = remat::checkpoint([](const at::Tensor& v) { return (v * 2).relu_().t(); }, x, with(prefer));
@@ -249,8 +249,8 @@ TEST_P(Selective, AKeptRandomCallLeavesTheRngWhereTheForwardDid) {
   auto grad_of = [&](bool checkpointed) {
     at::Tensor leaf = x.clone().requires_grad_(true);
     torch::manual_seed(3);
-    at::Tensor out = checkpointed ? remat::checkpoint(fn, leaf, with(remat::save_operators({"aten::native_dropout"})))
-                                  : fn(leaf);
+    at::Tensor out =
+        checkpointed ? remat::checkpoint(fn, leaf, with(remat::save_operators({"aten::native_dropout"}))) : fn(leaf);
     out.sum().backward();
     return leaf.grad();
   };
@@ -269,7 +269,8 @@ TEST_P(Selective, ARecomputeThatCallsOtherOperatorsIsRefusedNamingThem) {
   forward = false;
   expect_error_containing([&] { y.sum().backward(); },
                           {"checkpoint 'block2': the recompute's operator call 1 is aten::sigmoid but the forward's "
-                           "was aten::tanh", "same operator calls"});
+                           "was aten::tanh",
+                           "same operator calls"});
 }
 
 TEST_P(Selective, NestedCheckpointsWithAndWithoutPoliciesGiveThePlainGradients) {
@@ -313,8 +314,9 @@ TEST_P(Selective, UnderAutocastTheGradientsAreThePlainRuns) {
   };
   const Gradients plain = gradients_of(block, x, under_autocast([&](const at::Tensor& in) { return block(in); }));
   const Gradients checked = gradients_of(block, x, under_autocast([&](const at::Tensor& in) {
-    return remat::checkpoint([&](const at::Tensor& v) { return block(v); }, in, with(remat::save_compute_intensive()));
-  }));
+                                           return remat::checkpoint([&](const at::Tensor& v) { return block(v); }, in,
+                                                                    with(remat::save_compute_intensive()));
+                                         }));
   expect_bitwise(plain, checked);
 }
 
@@ -346,12 +348,27 @@ TEST_P(Selective, NothingIsInterceptedOutsideACheckpointWithAPolicy) {
   const at::Tensor x = torch::randn({4, 4}, torch::requires_grad());
   bool seen_plain = true, seen_policy = false, seen_nested_plain = true;
   EXPECT_FALSE(intercepting());
-  remat::checkpoint([&](const at::Tensor& v) { seen_plain = intercepting(); return v.sin(); }, x, options()).sum().backward();
-  remat::checkpoint([&](const at::Tensor& v) {
+  remat::checkpoint(
+      [&](const at::Tensor& v) {
+        seen_plain = intercepting();
+        return v.sin();
+      },
+      x, options())
+      .sum()
+      .backward();
+  remat::checkpoint(
+      [&](const at::Tensor& v) {
         seen_policy = intercepting();
-        return remat::checkpoint([&](const at::Tensor& u) { seen_nested_plain = intercepting(); return u.cos(); }, v,
-                                 options());
-      }, x, with(remat::save_compute_intensive())).sum().backward();
+        return remat::checkpoint(
+            [&](const at::Tensor& u) {
+              seen_nested_plain = intercepting();
+              return u.cos();
+            },
+            v, options());
+      },
+      x, with(remat::save_compute_intensive()))
+      .sum()
+      .backward();
   EXPECT_FALSE(seen_plain);
   EXPECT_TRUE(seen_policy);
   EXPECT_FALSE(seen_nested_plain);
@@ -374,7 +391,8 @@ TEST_P(Selective, ACapturedTensorChangedInPlaceAfterTheForwardIsRefused) {
       w.add_(1);
     }
     // A w that requires grad is an input of the reentrant checkpoint's node, refused before the recompute.
-    std::vector<std::string> expected = {"checkpoint 'captures w': ", "Float[4, 4]", "modified in place after the forward"};
+    std::vector<std::string> expected = {"checkpoint 'captures w': ", "Float[4, 4]",
+                                         "modified in place after the forward"};
     if (!w_requires_grad || GetParam() == CheckpointMode::non_reentrant) expected.push_back("call of aten::add.Tensor");
     expect_error_containing([&] { y.sum().backward(); }, expected);
   }
@@ -509,7 +527,8 @@ TEST(SelectiveStageOption, EveryChainAcceptsItAndRunsItWithThePlainGradients) {
   const auto selective = grads_under(plan);
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(bitwise_equal(plain[i], selective[i])) << i;
   plan.options[1] = "keep-everything";
-  expect_error_containing([&] { plan.validate_against(chain); }, {"has no option 'keep-everything'", "it offers: full sac"});
+  expect_error_containing([&] { plan.validate_against(chain); },
+                          {"has no option 'keep-everything'", "it offers: full sac"});
 }
 
 TEST(SelectiveStageOption, ThePolicySacPutsItOnEveryBlock) {
@@ -550,10 +569,11 @@ TEST(SelectiveStageOption, APlanPicksItWhereKeepingTheProductsPays) {
   const remat::Prediction selective = remat::simulate(every_stage_selective, costs);
   ASSERT_LT(selective.peak_bytes, plain.peak_bytes * 3 / 4) << costs.to_table();
   const remat::Budget budget = remat::Budget::bytes(selective.peak_bytes);
-  const remat::PlanResult result = remat::plan_verified(
-      costs, budget, remat::PlannerOptions(),
-      [&](const remat::Plan& p) { return remat::measure_plan_peak(chain, p, x); });
+  const remat::PlanResult result =
+      remat::plan_verified(costs, budget, remat::PlannerOptions(),
+                           [&](const remat::Plan& p) { return remat::measure_plan_peak(chain, p, x); });
   ASSERT_TRUE(result.feasible) << costs.to_table();
-  EXPECT_NE(result.plan.to_string().find(":sac"), std::string::npos) << result.plan.to_string() << "\n" << costs.to_table();
+  EXPECT_NE(result.plan.to_string().find(":sac"), std::string::npos) << result.plan.to_string() << "\n"
+                                                                     << costs.to_table();
   EXPECT_LE(result.measured_peak_bytes, selective.peak_bytes);
 }

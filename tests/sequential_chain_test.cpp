@@ -57,7 +57,8 @@ Outcome run_steps(nn::Sequential net, const remat::Plan* plan, const at::Tensor&
   for (int s = 0; s < steps; ++s) {
     net->zero_grad();
     torch::manual_seed(100 + s);
-    at::Tensor loss = plan ? remat::run_plan(chain, *plan, x) : chain.forward_stage(chain.size() - 1, net->forward(x), "full");
+    at::Tensor loss =
+        plan ? remat::run_plan(chain, *plan, x) : chain.forward_stage(chain.size() - 1, net->forward(x), "full");
     loss.backward();
     o.losses.push_back(loss.item<double>());
   }
@@ -69,9 +70,11 @@ Outcome run_steps(nn::Sequential net, const remat::Plan* plan, const at::Tensor&
 void expect_identical(const Outcome& a, const Outcome& b) {
   EXPECT_EQ(a.losses, b.losses);
   ASSERT_EQ(a.grads.size(), b.grads.size());
-  for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(bitwise_equal(a.grads[i].second, b.grads[i].second)) << a.grads[i].first;
+  for (size_t i = 0; i < a.grads.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(a.grads[i].second, b.grads[i].second)) << a.grads[i].first;
   ASSERT_EQ(a.buffers.size(), b.buffers.size());
-  for (size_t i = 0; i < a.buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(a.buffers[i], b.buffers[i])) << "buffer " << i;
+  for (size_t i = 0; i < a.buffers.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(a.buffers[i], b.buffers[i])) << "buffer " << i;
 }
 
 int count_segments(const std::vector<remat::PlanItem>& items) {
@@ -94,15 +97,17 @@ TEST(SequentialChain, StagesAreTheModulesAndTheLoss) {
   EXPECT_EQ(chain.granularity(), "modules");
   EXPECT_EQ(chain.stage_parameter_names(1), (std::vector<std::string>{"1.weight", "1.bias"}));
   EXPECT_EQ(chain.stage_buffers(1).size(), 3u) << "running mean, variance and count";
-  EXPECT_EQ(remat::policy_plan("block,skip-ends", chain).to_string(),
-            "conv2d0 [batchnorm2d1] [relu2] [conv2d3] [batchnorm2d4] [relu5] [conv2d6] [batchnorm2d7] [relu8] [flatten9] "
-            "linear10 loss");
+  EXPECT_EQ(
+      remat::policy_plan("block,skip-ends", chain).to_string(),
+      "conv2d0 [batchnorm2d1] [relu2] [conv2d3] [batchnorm2d4] [relu5] [conv2d6] [batchnorm2d7] [relu8] [flatten9] "
+      "linear10 loss");
 
   remat::SequentialChain grouped(net, nullptr, remat::SequentialChainOptions().group_sizes({3, 3, 3, 2}));
   EXPECT_EQ(grouped.size(), 4);
   EXPECT_EQ(grouped.granularity(), "modules:3+3+3+2");
   EXPECT_EQ(grouped.stages()[0].name, "conv2d0-relu2");
-  EXPECT_EQ(remat::policy_plan("every:2", grouped).to_string(), "[conv2d0-relu2 conv2d3-relu5] [conv2d6-relu8 flatten9-linear10]");
+  EXPECT_EQ(remat::policy_plan("every:2", grouped).to_string(),
+            "[conv2d0-relu2 conv2d3-relu5] [conv2d6-relu8 flatten9-linear10]");
 }
 
 TEST(SequentialChain, DynamicProgramPlansAtSeveralBudgetsGiveBitwiseEqualGradients) {
@@ -160,7 +165,8 @@ TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
   torch::manual_seed(5);
   const at::Tensor expected_draw = torch::rand({3});
   torch::manual_seed(5);
-  remat::plan_for_budget(chain, x, "75%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
+  remat::plan_for_budget(chain, x, "75%",
+                         remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
   EXPECT_TRUE(bitwise_equal(torch::rand({3}), expected_draw)) << "the RNG stream moved";
   remat::testing::expect_same_grads(grads, remat::testing::parameter_grads(*net));
   for (size_t i = 0; i < buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(net->buffers()[i], buffers[i])) << i;
@@ -271,9 +277,10 @@ TEST(SequentialChain, StagesGivenAsFunctionsWithOptions) {
   torch::manual_seed(0);
   nn::Linear a(16, 16), b(16, 16);
   std::vector<remat::SequentialStage> stages = {
-      {"a", [a](const at::Tensor& x, const std::string& option) mutable {
-         return option == "twice" ? a(a(x)) : a(x);
-       }, {a.ptr()}, {"once", "twice"}},
+      {"a",
+       [a](const at::Tensor& x, const std::string& option) mutable { return option == "twice" ? a(a(x)) : a(x); },
+       {a.ptr()},
+       {"once", "twice"}},
       {"b", [b](const at::Tensor& x, const std::string&) mutable { return torch::tanh(b(x)); }, {b.ptr()}}};
   remat::SequentialChain chain(std::move(stages), [](const at::Tensor& out) { return out.pow(2).mean(); });
   EXPECT_EQ(chain.granularity(), "stages");
@@ -308,10 +315,15 @@ TEST(VerifyPlan, ReportsPerParameterDifferencesAndCatchesANondeterministicStage)
   nn::Linear first(8, 8), second(8, 8);
   auto calls = std::make_shared<int>(0);
   std::vector<remat::SequentialStage> stages = {
-      {"drifting", [first, calls](const at::Tensor& in, const std::string&) mutable { return first(in) * static_cast<double>(++*calls); }, {first.ptr()}},
+      {"drifting",
+       [first, calls](const at::Tensor& in, const std::string&) mutable {
+         return first(in) * static_cast<double>(++*calls);
+       },
+       {first.ptr()}},
       {"steady", [second](const at::Tensor& in, const std::string&) mutable { return second(in); }, {second.ptr()}}};
   remat::SequentialChain drifting(std::move(stages), [](const at::Tensor& out) { return out.sum(); });
-  const remat::PlanVerification bad = remat::verify_plan(drifting, remat::policy_plan("block", drifting), torch::randn({2, 8}));
+  const remat::PlanVerification bad =
+      remat::verify_plan(drifting, remat::policy_plan("block", drifting), torch::randn({2, 8}));
   EXPECT_FALSE(bad.bitwise_equal());
   EXPECT_GT(bad.max_gradient_difference(), 0);
   EXPECT_NE(bad.to_string().find("drifting.0.weight"), std::string::npos) << bad.to_string();
@@ -319,7 +331,9 @@ TEST(VerifyPlan, ReportsPerParameterDifferencesAndCatchesANondeterministicStage)
 
 TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
   nn::Sequential plain = convnet();
-  remat::Planned planned(convnet(), "75%", remat::PlannedOptions().planning(remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
+  remat::Planned planned(
+      convnet(), "75%",
+      remat::PlannedOptions().planning(remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
   std::vector<std::string> plain_names, planned_names;
   for (const auto& p : plain->named_parameters()) plain_names.push_back(p.key());
   for (const auto& p : planned->named_parameters()) planned_names.push_back(p.key());
@@ -351,12 +365,15 @@ TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
   torch::load(planned, saved);
 
   // Another batch size changes every activation: refused, unless re-planning is asked for.
-  REMAT_EXPECT_ERROR(planned->forward(torch::randn({2, 3, 16, 16})),
-                     "Planned: the plan was made for inputs of Float[8, 3, 16, 16] on cpu but this input is Float[2, 3, 16, 16]");
+  REMAT_EXPECT_ERROR(
+      planned->forward(torch::randn({2, 3, 16, 16})),
+      "Planned: the plan was made for inputs of Float[8, 3, 16, 16] on cpu but this input is Float[2, 3, 16, 16]");
   planned->eval();
-  EXPECT_EQ(planned->forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 10})) << "eval runs plainly";
+  EXPECT_EQ(planned->forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 10}))
+      << "eval runs plainly";
   remat::Planned replanning(convnet(), "75%",
-                            remat::PlannedOptions().replan_on_new_shape(true).planning(remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
+                            remat::PlannedOptions().replan_on_new_shape(true).planning(
+                                remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
   replanning->forward(x);
   const int64_t first_budget = replanning->budget_plan().unchecked.peak_bytes;
   replanning->forward(torch::randn({16, 3, 16, 16}));
@@ -381,9 +398,10 @@ TEST(SequentialChain, WhatCannotWorkIsAClearError) {
 
   // A budget below what any plan needs names the least feasible one.
   remat::SequentialChain reduced(net, [](const at::Tensor& out) { return out.pow(2).mean(); });
-  REMAT_EXPECT_ERROR(remat::plan_for_budget(reduced, torch::randn({4, 32}), remat::Budget::bytes(1000),
-                                           remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))),
-                     "no plan fits a budget of 1000 bytes (0.0 MiB): the smallest feasible budget is ");
+  REMAT_EXPECT_ERROR(
+      remat::plan_for_budget(reduced, torch::randn({4, 32}), remat::Budget::bytes(1000),
+                             remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))),
+      "no plan fits a budget of 1000 bytes (0.0 MiB): the smallest feasible budget is ");
   REMAT_EXPECT_ERROR(remat::Budget("12parsecs"), "has an unknown unit 'parsecs'");
   REMAT_EXPECT_ERROR(remat::SequentialChain(net, nullptr, remat::SequentialChainOptions().group_sizes({2, 2})),
                      "group_sizes must be positive and sum to the number of modules (9)");
@@ -401,10 +419,9 @@ TEST(PlanMeasurement, PairedRatiosCancelDriftBetweenRounds) {
   };
   // The machine slows down from round 3 on; "small" is 10% slower than "none" in each round and the
   // faster "other" does not fit.
-  const std::vector<remat::PlanMeasurement> plans = {measured({1.0, 1.0, 2.0, 2.0, 2.0}, 100),
-                                                     measured({1.1, 1.1, 1.1, 2.2, 2.2}, 50),
-                                                     measured({1.05, 1.05, 2.1, 2.1, 2.1}, 50),
-                                                     measured({1.0, 1.0, 1.0, 1.0, 1.0}, 80)};
+  const std::vector<remat::PlanMeasurement> plans = {
+      measured({1.0, 1.0, 2.0, 2.0, 2.0}, 100), measured({1.1, 1.1, 1.1, 2.2, 2.2}, 50),
+      measured({1.05, 1.05, 2.1, 2.1, 2.1}, 50), measured({1.0, 1.0, 1.0, 1.0, 1.0}, 80)};
   EXPECT_LT(plans[1].step_seconds, plans[0].step_seconds);  // the medians are fooled
   EXPECT_NEAR(remat::paired_time_ratio(plans[1], plans[0]), 1.1, 1e-12);
   EXPECT_NEAR(remat::paired_time_ratio(plans[2], plans[0]), 1.05, 1e-12);

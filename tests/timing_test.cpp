@@ -126,9 +126,7 @@ namespace {
 // A two-stage chain whose second stage records the threads it runs under, in a process whose
 // threads are set as LibTorch's defaults set them (put back when the test ends).
 struct UserThreads {
-  UserThreads() : net(nn::Linear(8, 8), Quiet(steady(0))), chain(net, sum_loss()) {
-    remat::restore_cpu_threads(users);
-  }
+  UserThreads() : net(nn::Linear(8, 8), Quiet(steady(0))), chain(net, sum_loss()) { remat::restore_cpu_threads(users); }
   remat::CpuThreads seen() { return net[1]->as<QuietImpl>()->seen; }
   KeepThreads keep;
   remat::CpuThreads users = oversubscribed_arrangement();
@@ -196,7 +194,10 @@ TEST(Profiler, ANoisyStageGetsMoreRunsAndAWiderInterval) {
   const remat::StageCost& quiet = costs.stages[1];
   const remat::StageCost& noisy = costs.stages[2];
   // A 20 ms sleep is pinned down within 25% by its first runs, even on a loaded machine (a sleep
-  std::fprintf(stderr, "quiet %d rounds %.4f spread %.3f; noisy %d rounds %.4f spread %.3f\n", quiet.measured_rounds, quiet.options[0].forward_seconds + quiet.options[0].backward_seconds, quiet.relative_spread(), noisy.measured_rounds, noisy.options[0].forward_seconds + noisy.options[0].backward_seconds, noisy.relative_spread());
+  std::fprintf(stderr, "quiet %d rounds %.4f spread %.3f; noisy %d rounds %.4f spread %.3f\n", quiet.measured_rounds,
+               quiet.options[0].forward_seconds + quiet.options[0].backward_seconds, quiet.relative_spread(),
+               noisy.measured_rounds, noisy.options[0].forward_seconds + noisy.options[0].backward_seconds,
+               noisy.relative_spread());
   // of 3 ms was not, in CI); sleeps scattered over 0-40 ms are not within 15, the most allowed.
   EXPECT_EQ(noisy.measured_rounds, 15);
   EXPECT_LT(quiet.measured_rounds, noisy.measured_rounds);
@@ -243,8 +244,8 @@ namespace {
 struct EqualPredictions {
   EqualPredictions()
       : net(nn::Linear(8, 8), Quiet(steady(1)), Noisy(steady(10)), nn::Linear(8, 8)), chain(net, sum_loss()) {
-    costs = remat::profile_chain(chain, sample(),
-                                 remat::ProfileOptions().repeats(1).stage_seconds(0).in_step_seconds(0));
+    costs =
+        remat::profile_chain(chain, sample(), remat::ProfileOptions().repeats(1).stage_seconds(0).in_step_seconds(0));
     remat::StageCost same = costs.stages[1];
     same.name = costs.stages[2].name;
     costs.stages[2] = same;
@@ -280,8 +281,8 @@ TEST(MeasuredChoice, KeepsTheTrulyFasterOfTwoPlansPredictedAlike) {
   const at::Tensor x = sample();
   // Planned the slow one: the fast one measures faster beyond the spread and is kept.
   // 11 steps, up to 3 series: one round a loaded machine delays by 9 ms must not decide it.
-  const remat::PlanResult switched = remat::choose_fastest(e.chain, e.costs, e.planned(e.heavy), {{"light", e.light}}, x,
-                                                           11, remat::ThreadsWhileTiming::arranged, 3);
+  const remat::PlanResult switched = remat::choose_fastest(e.chain, e.costs, e.planned(e.heavy), {{"light", e.light}},
+                                                           x, 11, remat::ThreadsWhileTiming::arranged, 3);
   ASSERT_TRUE(switched.measured_choice.measured);
   EXPECT_EQ(switched.plan.to_string(), e.light.to_string()) << switched.measured_choice.reason;
   EXPECT_EQ(switched.measured_choice.chosen, 1u);
@@ -290,7 +291,8 @@ TEST(MeasuredChoice, KeepsTheTrulyFasterOfTwoPlansPredictedAlike) {
   EXPECT_NE(switched.measured_choice.reason.find("'light' measured faster"), std::string::npos)
       << switched.measured_choice.reason;
   // Planned the fast one: it stays.
-  const remat::PlanResult kept = remat::choose_fastest(e.chain, e.costs, e.planned(e.light), {{"heavy", e.heavy}}, x, 7);
+  const remat::PlanResult kept =
+      remat::choose_fastest(e.chain, e.costs, e.planned(e.light), {{"heavy", e.heavy}}, x, 7);
   EXPECT_EQ(kept.plan.to_string(), e.light.to_string()) << kept.measured_choice.reason;
   EXPECT_EQ(kept.measured_choice.chosen, 0u);
   EXPECT_GT(kept.measured_choice.candidates[1].ratio, 1.0);
@@ -320,9 +322,9 @@ TEST(MeasuredChoice, SaysWhyItDidNotMeasure) {
   EXPECT_FALSE(too_long.measured_choice.measured);
   EXPECT_NE(too_long.measured_choice.reason.find("max_seconds"), std::string::npos) << too_long.measured_choice.reason;
   EXPECT_EQ(too_long.plan.to_string(), e.heavy.to_string());
-  EXPECT_THROW(remat::choose_by_measurement(e.chain, e.costs, e.planned(e.heavy), x,
-                                            remat::MeasuredChoiceOptions().steps(0)),
-               c10::Error);
+  EXPECT_THROW(
+      remat::choose_by_measurement(e.chain, e.costs, e.planned(e.heavy), x, remat::MeasuredChoiceOptions().steps(0)),
+      c10::Error);
 }
 
 TEST(PairedRatios, GiveTheMedianWithAnIntervalOfIt) {

@@ -47,7 +47,8 @@ struct RunOutcome {
 RunOutcome train_steps(Trainer& trainer, int steps) {
   RunOutcome out;
   for (int i = 0; i < steps; ++i) out.losses.push_back(trainer.step().loss);
-  for (const auto& p : trainer.model()->named_parameters()) out.parameters.emplace_back(p.key(), p.value().detach().clone());
+  for (const auto& p : trainer.model()->named_parameters())
+    out.parameters.emplace_back(p.key(), p.value().detach().clone());
   return out;
 }
 
@@ -60,7 +61,9 @@ void expect_same_parameters(const RunOutcome& a, const RunOutcome& b) {
 
 class TempDir {
  public:
-  TempDir() : path_(fs::temp_directory_path() / ("remat-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
+  TempDir()
+      : path_(fs::temp_directory_path() /
+              ("remat-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++))) {
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -111,7 +114,8 @@ TEST(Train, MatmulInputsTrainsLikeNoneWithinFloatRounding) {
   EXPECT_EQ(outcome.losses[0], none.losses[0]);
   for (size_t i = 1; i < none.losses.size(); ++i) EXPECT_NEAR(outcome.losses[i], none.losses[i], 1e-5);
   for (size_t i = 0; i < none.parameters.size(); ++i) {
-    EXPECT_TRUE(none.parameters[i].second.allclose(outcome.parameters[i].second, 1e-4, 1e-6)) << none.parameters[i].first;
+    EXPECT_TRUE(none.parameters[i].second.allclose(outcome.parameters[i].second, 1e-4, 1e-6))
+        << none.parameters[i].first;
   }
 }
 
@@ -206,7 +210,9 @@ TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
   Trainer trainer(budgeted);
   ASSERT_TRUE(trainer.budget_plan().has_value());
   EXPECT_LE(trainer.budget_plan()->prediction.peak_bytes, trainer.budget_plan()->budget_bytes);
-  EXPECT_NE(trainer.plan().to_string(), remat::Plan::plain(remat::models::GptChain(trainer.model(), remat::models::GptGranularity::half)).to_string());
+  EXPECT_NE(
+      trainer.plan().to_string(),
+      remat::Plan::plain(remat::models::GptChain(trainer.model(), remat::models::GptGranularity::half)).to_string());
   EXPECT_NE(trainer.plan_source().find("optimal for budget 50%"), std::string::npos) << trainer.plan_source();
   const remat::PlanVerification v = trainer.verify();  // against the same stage options unchecked
   EXPECT_TRUE(v.bitwise_equal()) << v.to_string();
@@ -215,7 +221,8 @@ TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
   // compute differently by design).
   const RunOutcome planned = train_steps(trainer, 3);
   TrainOptions same_options = small_run();
-  remat::Plan unchecked = remat::Plan::plain(remat::models::GptChain(trainer.model(), remat::models::gpt_granularity_of(trainer.plan())));
+  remat::Plan unchecked =
+      remat::Plan::plain(remat::models::GptChain(trainer.model(), remat::models::gpt_granularity_of(trainer.plan())));
   unchecked.options = trainer.plan().options;
   TempDir dir;
   const std::string unchecked_file = (dir / "unchecked.json").string();
@@ -285,7 +292,9 @@ TEST(Train, MaximizingThroughputChoosesAMicroBatchAndAPlanThatFit) {
 
   TrainOptions without_budget = small_run();
   without_budget.maximize_throughput = true;
-  EXPECT_NE(error_of([&] { Trainer t(without_budget); }).find("TrainOptions::maximize_throughput needs a budget (PlanRequest::of_budget)"),
+  EXPECT_NE(error_of([&] {
+              Trainer t(without_budget);
+            }).find("TrainOptions::maximize_throughput needs a budget (PlanRequest::of_budget)"),
             std::string::npos);
 }
 
@@ -328,7 +337,8 @@ TEST(Train, ResumeIntoAnotherConfigOrFromCorruptStateIsAClearErrorAndOverwritesN
 
 TEST(StateDir, ACrashWhileSavingKeepsThePreviousState) {
   TempDir dir;
-  remat::train::save_state_dir(dir.path(), 1, {{"step", 1}}, [](const fs::path& into) { write_file(into / "a.bin", "first"); });
+  remat::train::save_state_dir(dir.path(), 1, {{"step", 1}},
+                               [](const fs::path& into) { write_file(into / "a.bin", "first"); });
   EXPECT_THROW(remat::train::save_state_dir(dir.path(), 2, {{"step", 2}},
                                             [](const fs::path& into) {
                                               write_file(into / "a.bin", "half-writ");
@@ -346,8 +356,9 @@ TEST(StateDir, ACrashWhileSavingKeepsThePreviousState) {
 TEST(StateDir, KeepsTheNewestStatesAndChecksMetaJsonItself) {
   TempDir dir;
   for (int step = 1; step <= 4; ++step) {
-    remat::train::save_state_dir(dir.path(), step, {{"step", step}},
-                                 [&](const fs::path& into) { write_file(into / "a.bin", std::to_string(step)); }, 2);
+    remat::train::save_state_dir(
+        dir.path(), step, {{"step", step}},
+        [&](const fs::path& into) { write_file(into / "a.bin", std::to_string(step)); }, 2);
   }
   std::vector<std::string> states;
   for (const auto& e : fs::directory_iterator(dir.path())) states.push_back(e.path().filename().string());
@@ -366,7 +377,8 @@ TEST(StateDir, KeepsTheNewestStatesAndChecksMetaJsonItself) {
   const std::string message = error_of([&] { remat::train::load_state_dir(dir.path()); });
   EXPECT_NE(message.find("meta.json' does not match its checksum"), std::string::npos) << message;
   EXPECT_LT(message.size(), 600u) << message;
-  REMAT_EXPECT_ERROR(remat::train::save_state_dir(dir.path(), 5, {}, [](const fs::path&) {}, 0),
+  REMAT_EXPECT_ERROR(remat::train::save_state_dir(
+                         dir.path(), 5, {}, [](const fs::path&) {}, 0),
                      "keep_last must be at least 1");
 }
 
@@ -404,13 +416,15 @@ TEST(StateDir, AResaveKilledBeforeAnyFileOperationLosesNothing) {
   bool reached_the_end = false;
   for (int operation = 1; !reached_the_end && operation < 64; ++operation) {
     TempDir dir;
-    remat::train::save_state_dir(dir.path(), 7, {{"step", 7}}, [](const fs::path& into) { write_file(into / "a.bin", "old"); });
+    remat::train::save_state_dir(dir.path(), 7, {{"step", 7}},
+                                 [](const fs::path& into) { write_file(into / "a.bin", "old"); });
     const pid_t child = ::fork();
     ASSERT_GE(child, 0);
     if (child == 0) {  // only file operations here: no LibTorch in the forked child
       try {
         remat::train::crash_state_save_before_operation_for_testing(operation);
-        remat::train::save_state_dir(dir.path(), 7, {{"step", 7}}, [](const fs::path& into) { write_file(into / "a.bin", "new"); });
+        remat::train::save_state_dir(dir.path(), 7, {{"step", 7}},
+                                     [](const fs::path& into) { write_file(into / "a.bin", "new"); });
       } catch (...) {
         ::_exit(3);
       }
@@ -424,11 +438,13 @@ TEST(StateDir, AResaveKilledBeforeAnyFileOperationLosesNothing) {
     EXPECT_TRUE(loaded == "old" || loaded == "new") << "killed before operation " << operation << ": " << loaded;
     if (reached_the_end) EXPECT_EQ(loaded, "new");
     // The next save (in this process) removes what the dead one left.
-    remat::train::save_state_dir(dir.path(), 8, {{"step", 8}}, [](const fs::path& into) { write_file(into / "a.bin", "next"); });
+    remat::train::save_state_dir(dir.path(), 8, {{"step", 8}},
+                                 [](const fs::path& into) { write_file(into / "a.bin", "next"); });
     std::vector<std::string> names;
     for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000008"})) << "after a kill before operation " << operation;
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-000008"}))
+        << "after a kill before operation " << operation;
     EXPECT_EQ(state_of(dir.path()), "next");
   }
   EXPECT_TRUE(reached_the_end) << "the hook never let a save finish";
@@ -455,7 +471,8 @@ TEST(StateDir, ALinkPlantedAsLatestIsReplacedNotWrittenThrough) {
   const fs::path state_dir = dir.path() / "state";
   fs::create_directories(state_dir);
   fs::create_symlink("../victim.txt", state_dir / "latest");
-  remat::train::save_state_dir(state_dir, 2, {{"step", 2}}, [](const fs::path& into) { write_file(into / "a.bin", "x"); });
+  remat::train::save_state_dir(state_dir, 2, {{"step", 2}},
+                               [](const fs::path& into) { write_file(into / "a.bin", "x"); });
   EXPECT_EQ(read_file(victim), "precious") << "the file the link named is untouched";
   EXPECT_FALSE(fs::is_symlink(state_dir / "latest")) << "the link itself was replaced by the new 'latest'";
   EXPECT_EQ(read_file(state_dir / "latest"), "step-000002\n");
@@ -475,7 +492,8 @@ TEST(StateDir, SpecialFilesInAStateAreRefusedWithoutBlocking) {
   // A FIFO as `latest`: a plain open would wait for a writer forever.
   fs::remove(dir.path() / "s" / "latest");
   ASSERT_EQ(::mkfifo((dir.path() / "s" / "latest").c_str(), 0600), 0);
-  EXPECT_NE(load().find("the state's 'latest' file '" + (dir.path() / "s" / "latest").string() + "' is a FIFO"), std::string::npos)
+  EXPECT_NE(load().find("the state's 'latest' file '" + (dir.path() / "s" / "latest").string() + "' is a FIFO"),
+            std::string::npos)
       << load();
   // A FIFO or a folder where a state file was.
   state = save();
@@ -511,12 +529,14 @@ TEST(StateDir, SpecialFilesInAStateAreRefusedWithoutBlocking) {
 
 TEST(StateDir, LatestMustNameOneStateFolderAndIsQuotedPrintably) {
   TempDir dir;
-  remat::train::save_state_dir(dir.path(), 1, {{"step", 1}}, [](const fs::path& into) { write_file(into / "a.bin", "x"); });
+  remat::train::save_state_dir(dir.path(), 1, {{"step", 1}},
+                               [](const fs::path& into) { write_file(into / "a.bin", "x"); });
   const auto load = [&] { return error_of([&] { remat::train::load_state_dir(dir.path()); }); };
   write_file(dir.path() / "latest", "step-000001\r\n");
   EXPECT_NE(load().find("but holds 'step-000001\\r'"), std::string::npos) << load();
   write_file(dir.path() / "latest", "../../etc\n");
-  EXPECT_NE(load().find("should name one state folder (like step-000040) but holds '../../etc'"), std::string::npos) << load();
+  EXPECT_NE(load().find("should name one state folder (like step-000040) but holds '../../etc'"), std::string::npos)
+      << load();
   write_file(dir.path() / "latest", "\x1b[31mred\n");
   EXPECT_NE(load().find("holds '\\x1b[31mred'"), std::string::npos) << load();
   write_file(dir.path() / "latest", std::string(5000, 'a'));

@@ -129,12 +129,13 @@ TEST(PlanVerified, PlanForBudgetReturnsAMeasuredPlanAndCanTrustThePrediction) {
   remat::install_cpu_memory_tracker();
   HiddenTransientChain model(16);
   const at::Tensor x = torch::randn({64, 32});
-  const remat::PlanResult measured =
-      remat::plan_for_budget(*model.chain, x, "65%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
+  const remat::PlanResult measured = remat::plan_for_budget(
+      *model.chain, x, "65%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
   EXPECT_GE(measured.measured_peak_bytes, 0);
   EXPECT_LE(measured.measured_peak_bytes, measured.budget_bytes);
-  const remat::PlanResult trusted =
-      remat::plan_for_budget(*model.chain, x, "65%", remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)).max_replans(-1));
+  const remat::PlanResult trusted = remat::plan_for_budget(
+      *model.chain, x, "65%",
+      remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)).max_replans(-1));
   EXPECT_EQ(trusted.measured_peak_bytes, -1);
   EXPECT_EQ(trusted.replans, 0);
 }
@@ -174,10 +175,10 @@ TEST(PlanVerified, NestedReentrantSegmentsArePredictedWithTheGradientsTheyHold) 
   remat::Plan nested = remat::Plan::plain(chain);
   using remat::PlanItem;
   // block0 [[[block1] block2] block3] block4 ... loss
-  nested.items = {PlanItem::run(0),
-                  PlanItem::checkpointed({PlanItem::checkpointed({PlanItem::checkpointed({PlanItem::run(1)}),
-                                                                  PlanItem::run(2)}),
-                                          PlanItem::run(3)})};
+  nested.items = {
+      PlanItem::run(0),
+      PlanItem::checkpointed(
+          {PlanItem::checkpointed({PlanItem::checkpointed({PlanItem::run(1)}), PlanItem::run(2)}), PlanItem::run(3)})};
   for (int64_t i = 4; i < chain.size(); ++i) nested.items.push_back(PlanItem::run(i));
   const int64_t predicted = remat::simulate(nested, costs).peak_bytes;
   const int64_t measured = remat::measure_plan_peak(chain, nested, images);
@@ -239,7 +240,8 @@ TEST(SegmentCost, ADearSegmentMakesThePlannerChooseFewerLongerOnes) {
   costs.segment_forward_seconds = 1e-3;  // ten stages' worth of forward
   const remat::PlanResult dear = remat::plan_optimal(costs, "45%");
   ASSERT_TRUE(cheap.feasible && dear.feasible);
-  EXPECT_LT(segments_of(dear.plan), segments_of(cheap.plan)) << cheap.plan.to_string() << " / " << dear.plan.to_string();
+  EXPECT_LT(segments_of(dear.plan), segments_of(cheap.plan))
+      << cheap.plan.to_string() << " / " << dear.plan.to_string();
   EXPECT_DOUBLE_EQ(dear.prediction.step_seconds, remat::simulate(dear.plan, costs).step_seconds);
 }
 
@@ -258,8 +260,9 @@ TEST(RecomputeCost, IsChargedEachTimeAStageIsRecomputedByTheSimulatorAndThePlann
     return remat::simulate(plan, charged).step_seconds - remat::simulate(plan, costs).step_seconds;
   };
   EXPECT_DOUBLE_EQ(extra(plain), 0);
-  const remat::Plan once = with_items({PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2), PlanItem::run(3)}),
-                                       PlanItem::run(4), PlanItem::run(5)});
+  const remat::Plan once =
+      with_items({PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(2), PlanItem::run(3)}),
+                  PlanItem::run(4), PlanItem::run(5)});
   EXPECT_NEAR(extra(once), 1e-3, 1e-12);
   const remat::Plan last = with_items({PlanItem::run(0), PlanItem::run(1), PlanItem::checkpointed({PlanItem::run(2)}),
                                        PlanItem::run(3), PlanItem::run(4), PlanItem::run(5)});
@@ -271,8 +274,9 @@ TEST(RecomputeCost, IsChargedEachTimeAStageIsRecomputedByTheSimulatorAndThePlann
   // The outer recompute runs the inner segment as a checkpoint's forward (nograd_seconds); only the
   // inner one's backward recomputes stage 2 to differentiate it.
   EXPECT_NEAR(extra(nested), 1e-3, 1e-12) << "nested: recomputed for a backward once, by the inner segment";
-  const remat::Plan elsewhere = with_items({PlanItem::run(0), PlanItem::run(1), PlanItem::run(2),
-                                            PlanItem::checkpointed({PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)});
+  const remat::Plan elsewhere =
+      with_items({PlanItem::run(0), PlanItem::run(1), PlanItem::run(2),
+                  PlanItem::checkpointed({PlanItem::run(3), PlanItem::run(4)}), PlanItem::run(5)});
   EXPECT_DOUBLE_EQ(extra(elsewhere), 0);
 
   // The planner sees it too: at a budget where some stages must be recomputed, a dear stage 2
@@ -316,9 +320,8 @@ TEST(Throughput, WorksForASequentialChainGivenASampleOfEachBatchSize) {
   nn::Sequential net = remat::testing::linear_gelu_stack(6, 32, 128);
   const at::Tensor inputs = torch::randn({16, 32}), targets = torch::randn({16, 32});
   // The loss takes the targets of whatever batch the output has.
-  remat::SequentialChain chain(net, [&](const at::Tensor& out) {
-    return F::mse_loss(out, targets.narrow(0, 0, out.size(0)));
-  });
+  remat::SequentialChain chain(
+      net, [&](const at::Tensor& out) { return F::mse_loss(out, targets.narrow(0, 0, out.size(0))); });
   const auto sample = [&](int64_t batch) { return inputs.narrow(0, 0, batch); };
   const remat::ProfiledBatches profiled =
       remat::profile_batches(chain, sample, remat::default_profile_batches(16), remat::ProfileOptions().repeats(1));

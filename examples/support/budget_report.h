@@ -61,11 +61,11 @@ class TextTable {
 
 struct ReportOptions {
   std::vector<std::string> budgets = {"30%", "50%", "70%"};
-  int measured_steps = 7;   // interleaved rounds per plan
+  int measured_steps = 7;  // interleaved rounds per plan
   int profile_repeats = 3;
-  int train_steps = 3;      // plain vs planned, for parameters and buffers
-  int choice_steps = 11;    // the measured choice's interleaved steps (choose_by_measurement)
-  bool quick = false;       // the tests' run: no extra profiling rounds for noisy stages
+  int train_steps = 3;    // plain vs planned, for parameters and buffers
+  int choice_steps = 11;  // the measured choice's interleaved steps (choose_by_measurement)
+  bool quick = false;     // the tests' run: no extra profiling rounds for noisy stages
   std::string train_budget = "50%";
 };
 
@@ -74,7 +74,9 @@ struct ReportOptions {
 inline std::string ratio_text(double ratio, double low, double high) {
   char text[64];
   std::snprintf(text, sizeof text, "%.2f [%.2f, %.2f] %s", ratio, low, high,
-                ratio <= 1.0 ? "<=" : low <= 1.0 ? "~" : ">");
+                ratio <= 1.0 ? "<="
+                : low <= 1.0 ? "~"
+                             : ">");
   return text;
 }
 
@@ -149,7 +151,8 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   };
   // Then the measured choice, as plan_for_budget makes it: timed against the rules of thumb the
   // cost model cannot separate from it, the fastest that fits kept.
-  const auto choice = remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::always).steps(options.choice_steps);
+  const auto choice =
+      remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::always).steps(options.choice_steps);
   std::vector<remat::PlanResult> optimal;
   for (const auto& budget : options.budgets) {
     optimal.push_back(remat::choose_by_measurement(
@@ -171,19 +174,20 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   }
   const remat::MeasuredComparison c =
       remat::compare_measured(plain, optimal, policies, [&](const std::vector<remat::Plan>& plans) {
-        std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
+        std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps
+                  << " interleaved steps each...\n";
         return remat::measure_plans(chain, plans, x, options.measured_steps);
       });
   const remat::PlanMeasurement& none = c.unchecked.measured;
   const auto none_peak = static_cast<double>(none.activation_peak_bytes);
-  std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes) << ", measured "
-            << remat::format_bytes(none.activation_peak_bytes) << "; step predicted "
+  std::cout << "unchecked: predicted peak " << remat::format_bytes(optimal.front().unchecked.peak_bytes)
+            << ", measured " << remat::format_bytes(none.activation_peak_bytes) << "; step predicted "
             << optimal.front().unchecked.step_seconds << " s, measured " << none.step_seconds << " s\n\n";
 
   std::cout << "steps measured under " << none.threads << "\n";
   TextTable budgets({"budget", "predicted", "measured", "error", "re-plans", "chosen", "pred. ovh", "meas. ovh [95%]",
-                        "in spread", "sac", "without sac: measured", "meas. ovh", "best generic that fits", "its ovh",
-                        "chosen/it [95%]", "gradients"});
+                     "in spread", "sac", "without sac: measured", "meas. ovh", "best generic that fits", "its ovh",
+                     "chosen/it [95%]", "gradients"});
   for (size_t b = 0; b < budget_count; ++b) {
     const remat::BudgetComparison& bc = c.budgets[b];
     const remat::PlanResult& p = bc.optimal;
@@ -199,19 +203,18 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
     const double error = static_cast<double>(p.prediction.peak_bytes - m.activation_peak_bytes) /
                          static_cast<double>(m.activation_peak_bytes);
     const remat::MeasuredChoice& mc = p.measured_choice;
-    budgets.add_row({options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
-                     remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), percent(error),
-                     std::to_string(p.replans), mc.measured && mc.chosen > 0 ? mc.candidates[mc.chosen].name : "DP",
-                     overhead_text(p.predicted_overhead(), p.predicted_overhead_spread()),
-                     interval_text(bc.measured.overhead, bc.measured.overhead_low, bc.measured.overhead_high),
-                     bc.prediction_within_spread ? "yes" : "no", sac_chosen ? "yes" : "no",
-                     remat::format_bytes(w.measured.measured.activation_peak_bytes) + (w.fits ? "" : "!"),
-                     percent(w.measured.overhead), best_name,
-                     bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
-                     bc.best_policy ? ratio_text(bc.ratio_to_best_policy, bc.ratio_to_best_policy_low,
-                                                 bc.ratio_to_best_policy_high)
-                                    : "-",
-                     v.bitwise_equal() ? "bitwise equal" : "DIFFER " + std::to_string(v.max_gradient_difference())});
+    budgets.add_row(
+        {options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
+         remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), percent(error), std::to_string(p.replans),
+         mc.measured && mc.chosen > 0 ? mc.candidates[mc.chosen].name : "DP",
+         overhead_text(p.predicted_overhead(), p.predicted_overhead_spread()),
+         interval_text(bc.measured.overhead, bc.measured.overhead_low, bc.measured.overhead_high),
+         bc.prediction_within_spread ? "yes" : "no", sac_chosen ? "yes" : "no",
+         remat::format_bytes(w.measured.measured.activation_peak_bytes) + (w.fits ? "" : "!"),
+         percent(w.measured.overhead), best_name, bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
+         bc.best_policy ? ratio_text(bc.ratio_to_best_policy, bc.ratio_to_best_policy_low, bc.ratio_to_best_policy_high)
+                        : "-",
+         v.bitwise_equal() ? "bitwise equal" : "DIFFER " + std::to_string(v.max_gradient_difference())});
   }
   budgets.print(std::cout);
   for (size_t b = 0; b < budget_count; ++b) {
@@ -233,7 +236,8 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
 
   // Training: the same steps unchecked and under the plan for `train_budget`, from the same
   // initialisation and RNG seeds: parameters and buffers (running statistics) must match exactly.
-  const remat::Plan train_plan = remat::plan_verified(costs, options.train_budget, {}, measure_peak).ensure_feasible().plan;
+  const remat::Plan train_plan =
+      remat::plan_verified(costs, options.train_budget, {}, measure_peak).ensure_feasible().plan;
   std::vector<std::vector<at::Tensor>> finals;
   std::vector<std::vector<double>> losses(2);
   for (int planned = 0; planned < 2; ++planned) {
@@ -256,7 +260,8 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   bool same = losses[0] == losses[1];
   for (size_t i = 0; i < finals[0].size(); ++i) same = same && finals[0][i].equal(finals[1][i]);
   failures += same ? 0 : 1;
-  std::cout << "\n" << options.train_steps << " SGD steps under the " << options.train_budget << " plan vs unchecked: losses";
+  std::cout << "\n"
+            << options.train_steps << " SGD steps under the " << options.train_budget << " plan vs unchecked: losses";
   for (double l : losses[1]) std::cout << " " << l;
   std::cout << "; parameters and buffers " << (same ? "bitwise equal" : "DIFFER") << "\n";
   std::cout << (failures == 0 ? "all checks passed" : std::to_string(failures) + " checks FAILED") << "\n";
@@ -281,10 +286,11 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
       plans.back().mode = mode;
       names.push_back(policy);
     }
-    plans.push_back(remat::plan_verified(costs, options.train_budget, remat::PlannerOptions().mode(mode),
-                                         [&](const remat::Plan& plan) { return remat::measure_plan_peak(chain, plan, x); })
-                        .ensure_feasible()
-                        .plan);
+    plans.push_back(
+        remat::plan_verified(costs, options.train_budget, remat::PlannerOptions().mode(mode),
+                             [&](const remat::Plan& plan) { return remat::measure_plan_peak(chain, plan, x); })
+            .ensure_feasible()
+            .plan);
     names.push_back("optimal " + options.train_budget);
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";

@@ -117,7 +117,7 @@ HalfEstimate sum_half(const std::vector<OpEstimate>& ops, const std::string& hal
     he.backward_extra = 2 * maps * e + 3 * T * h * e;  // gradients of the maps; of QKV
   } else {
     he.forward_extra = 0;
-    he.nograd_extra = 4 * T * h * e;  // the fc1 output while GELU runs
+    he.nograd_extra = 4 * T * h * e;    // the fc1 output while GELU runs
     he.backward_extra = 8 * T * h * e;  // gradients of the two 4h-wide tensors
   }
   return he;
@@ -141,16 +141,18 @@ std::vector<StageOptionCost> half_option_costs(const HalfEstimate& he, bool is_a
   const int64_t e = z.e, b = z.b, s = z.s, h = z.h, T = z.T, maps = z.maps;
   auto seconds = [&](double flops) { return z.seconds(flops); };
   std::vector<StageOptionCost> options;
-  options.push_back({to_string(Keep::full), seconds(he.forward_flops), seconds(he.backward_flops), he.kept, he.forward_extra,
-                     he.backward_extra});
+  options.push_back({to_string(Keep::full), seconds(he.forward_flops), seconds(he.backward_flops), he.kept,
+                     he.forward_extra, he.backward_extra});
   if (is_attention) {
-    const int64_t attention_core = maps * e + (z.dropout ? maps * (z.mask + e) : 0) + 2 * T * h * e + T * h * e;  // q,k,P,...,v
+    const int64_t attention_core =
+        maps * e + (z.dropout ? maps * (z.mask + e) : 0) + 2 * T * h * e + T * h * e;  // q,k,P,...,v
     const double attention_core_flops = 4.0 * b * s * s * h;
     // selective keeps the QKV output (3·T·h) instead of q, k, the maps and v; recomputes the core.
-    options.push_back({to_string(Keep::selective), seconds(he.forward_flops), seconds(he.backward_flops + attention_core_flops),
-                       he.kept - attention_core + 3 * T * h * e, he.forward_extra, he.backward_extra + attention_core});
-    options.push_back({to_string(Keep::matmul_inputs), seconds(he.forward_flops), seconds(he.backward_flops), he.kept - T * h * e,
-                       he.forward_extra, he.backward_extra + T * h * e});
+    options.push_back({to_string(Keep::selective), seconds(he.forward_flops),
+                       seconds(he.backward_flops + attention_core_flops), he.kept - attention_core + 3 * T * h * e,
+                       he.forward_extra, he.backward_extra + attention_core});
+    options.push_back({to_string(Keep::matmul_inputs), seconds(he.forward_flops), seconds(he.backward_flops),
+                       he.kept - T * h * e, he.forward_extra, he.backward_extra + T * h * e});
   } else {
     options.push_back({to_string(Keep::matmul_inputs), seconds(he.forward_flops), seconds(he.backward_flops),
                        he.kept - 5 * T * h * e, he.forward_extra + 4 * T * h * e, he.backward_extra + 5 * T * h * e});
@@ -164,10 +166,11 @@ std::vector<StageOptionCost> half_option_costs(const HalfEstimate& he, bool is_a
   const int64_t fused_forward_extra = is_attention ? 3 * T * h * e + score_blocks : he.forward_extra;
   const int64_t fused_backward_extra = is_attention ? 8 * T * h * e + score_blocks : he.backward_extra;
   const int64_t inputs = is_attention ? T * h * e : 5 * T * h * e;  // what matmul-inputs drops
-  options.push_back({to_string(Keep::fused), seconds(fused_forward), seconds(fused_backward), he.fused_kept, fused_forward_extra,
-                     fused_backward_extra});
-  options.push_back({to_string(Keep::fused_matmul_inputs), seconds(fused_forward), seconds(fused_backward), he.fused_kept - inputs,
-                     fused_forward_extra + (is_attention ? 0 : 4 * T * h * e), fused_backward_extra + inputs});
+  options.push_back({to_string(Keep::fused), seconds(fused_forward), seconds(fused_backward), he.fused_kept,
+                     fused_forward_extra, fused_backward_extra});
+  options.push_back({to_string(Keep::fused_matmul_inputs), seconds(fused_forward), seconds(fused_backward),
+                     he.fused_kept - inputs, fused_forward_extra + (is_attention ? 0 : 4 * T * h * e),
+                     fused_backward_extra + inputs});
   add_graph_only_costs(options, is_attention, z);
   return options;
 }
@@ -185,17 +188,26 @@ int64_t mlp_parameter_bytes(const GptSizes& z) {
 
 StageCost embed_stage(const GptSizes& z) {
   const int64_t boundary = z.T * z.h * z.e;
-  StageCost embed{"embed", boundary, 0, 0, z.seconds(0), 0,
+  StageCost embed{"embed",
+                  boundary,
+                  0,
+                  0,
+                  z.seconds(0),
+                  0,
                   {{to_string(Keep::full), 0, 0, boundary + (z.dropout ? z.T * z.h * z.mask : 0), 0, 0}}};
   embed.parameter_bytes = (z.V + z.s) * z.h * z.e;
   return embed;
 }
 
-StageCost block_stage(const std::string& n, const HalfEstimate& attention, const HalfEstimate& mlp,
-                      const GptSizes& z) {
+StageCost block_stage(const std::string& n, const HalfEstimate& attention, const HalfEstimate& mlp, const GptSizes& z) {
   const int64_t boundary = z.T * z.h * z.e;
-  StageCost block{"block" + n, boundary, boundary, attention_parameter_bytes(z) + mlp_parameter_bytes(z),
-                  z.seconds(attention.forward_flops + mlp.forward_flops), std::max(attention.nograd_extra, mlp.nograd_extra), {}};
+  StageCost block{"block" + n,
+                  boundary,
+                  boundary,
+                  attention_parameter_bytes(z) + mlp_parameter_bytes(z),
+                  z.seconds(attention.forward_flops + mlp.forward_flops),
+                  std::max(attention.nograd_extra, mlp.nograd_extra),
+                  {}};
   const auto attention_options = half_option_costs(attention, true, z);
   const auto mlp_options = half_option_costs(mlp, false, z);
   for (const auto& ao : attention_options) {
@@ -204,11 +216,11 @@ StageCost block_stage(const std::string& n, const HalfEstimate& attention, const
     for (const auto& o : mlp_options) {
       if (o.option == ao.option) mo = o;
     }
-    block.options.push_back({ao.option, ao.forward_seconds + mo.forward_seconds,
-                             ao.backward_seconds + mo.backward_seconds, ao.kept_bytes + mo.kept_bytes,
-                             std::max<int64_t>(0, std::max(ao.forward_extra_bytes - mo.kept_bytes,
-                                                            mo.forward_extra_bytes)),
-                             std::max(mo.backward_extra_bytes, ao.backward_extra_bytes)});
+    block.options.push_back(
+        {ao.option, ao.forward_seconds + mo.forward_seconds, ao.backward_seconds + mo.backward_seconds,
+         ao.kept_bytes + mo.kept_bytes,
+         std::max<int64_t>(0, std::max(ao.forward_extra_bytes - mo.kept_bytes, mo.forward_extra_bytes)),
+         std::max(mo.backward_extra_bytes, ao.backward_extra_bytes)});
     if (mo.graph_only) {  // the block ends with its MLP half
       StageRunCost graph_only = block.options.back();
       graph_only.forward_seconds = ao.forward_seconds + mo.graph_only->forward_seconds;
@@ -222,8 +234,9 @@ StageCost block_stage(const std::string& n, const HalfEstimate& attention, const
 void add_half_stages(CostTable& table, const std::string& n, const HalfEstimate& attention, const HalfEstimate& mlp,
                      const GptSizes& z) {
   const int64_t boundary = z.T * z.h * z.e;
-  table.stages.push_back({"attn" + n, boundary, boundary, attention_parameter_bytes(z), z.seconds(attention.forward_flops),
-                          attention.nograd_extra, half_option_costs(attention, true, z)});
+  table.stages.push_back({"attn" + n, boundary, boundary, attention_parameter_bytes(z),
+                          z.seconds(attention.forward_flops), attention.nograd_extra,
+                          half_option_costs(attention, true, z)});
   table.stages.push_back({"mlp" + n, boundary, boundary, mlp_parameter_bytes(z), z.seconds(mlp.forward_flops),
                           mlp.nograd_extra, half_option_costs(mlp, false, z)});
 }
@@ -233,7 +246,12 @@ StageCost head_stage(const GptSizes& z) {
   const int64_t boundary = T * h * e;
   const double head_flops = 2.0 * T * h * V;
   const int64_t head_kept = z.stats + T * h * e + T * V * 4 + 4;  // LN, logits' log-softmax (fp32), loss
-  return {"head", 4, boundary, (2 * h + h * V) * e, z.seconds(head_flops), T * V * e,
+  return {"head",
+          4,
+          boundary,
+          (2 * h + h * V) * e,
+          z.seconds(head_flops),
+          T * V * e,
           {{to_string(Keep::full), z.seconds(head_flops), z.seconds(2 * head_flops), head_kept, T * V * e, T * V * 4}}};
 }
 

@@ -27,7 +27,8 @@ LinearGrads linear_backward(const at::Tensor& grad_out, const at::Tensor& input,
 
 struct LayerNormLinear : torch::autograd::Function<LayerNormLinear> {
   static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& ln_weight,
-                               const at::Tensor& ln_bias, double eps, const at::Tensor& weight, const at::Tensor& bias) {
+                               const at::Tensor& ln_bias, double eps, const at::Tensor& weight,
+                               const at::Tensor& bias) {
     auto [normed, mean, rstd] = at::native_layer_norm(x, {x.size(-1)}, ln_weight, ln_bias, eps);
     ctx->save_for_backward({x, ln_weight, ln_bias, weight, mean, rstd});
     ctx->saved_data["eps"] = eps;
@@ -114,9 +115,9 @@ bool autocast_enabled() {
 
 at::Tensor residual_linear_dropout_graph_only(const at::Tensor& x, const at::Tensor& h, const at::Tensor& weight,
                                               const at::Tensor& bias, double p, bool training, bool regenerated) {
-  const bool exact = !autocast_enabled() && h.dim() == 3 &&
-                     h.is_contiguous() && x.dim() == 3 && x.size(0) == h.size(0) && x.size(1) == h.size(1) &&
-                     weight.dim() == 2 && weight.size(0) == x.size(2) && bias.defined() && x.scalar_type() == h.scalar_type();
+  const bool exact = !autocast_enabled() && h.dim() == 3 && h.is_contiguous() && x.dim() == 3 &&
+                     x.size(0) == h.size(0) && x.size(1) == h.size(1) && weight.dim() == 2 &&
+                     weight.size(0) == x.size(2) && bias.defined() && x.scalar_type() == h.scalar_type();
   if (!exact) {
     const at::Tensor y = at::linear(h, weight, bias);
     return x + (regenerated ? ops::dropout(y, p, training) : at::dropout(y, p, training));

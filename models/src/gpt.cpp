@@ -72,23 +72,30 @@ bool is_fused(Keep keep) { return keep == Keep::fused || keep == Keep::fused_mat
 
 void GptConfig::validate() const {
   REMAT_CHECK(layers_ >= 1, field("GptConfig::layers"), " must be at least 1, got ", layers_, ".");
-  REMAT_CHECK(hidden_ >= 1 && heads_ >= 1, field("GptConfig::hidden"), " and ", field("GptConfig::heads"), " must be positive, got ", hidden_, " and ", heads_, ".");
-  REMAT_CHECK(hidden_ % heads_ == 0, field("GptConfig::heads"), " (", heads_, ") must divide ", field("GptConfig::hidden"), " (", hidden_, "): each head gets hidden/heads ",
-              "channels; ", std::gcd(hidden_, heads_) > 0 ? std::gcd(hidden_, heads_) : 1, " heads would.");
+  REMAT_CHECK(hidden_ >= 1 && heads_ >= 1, field("GptConfig::hidden"), " and ", field("GptConfig::heads"),
+              " must be positive, got ", hidden_, " and ", heads_, ".");
+  REMAT_CHECK(hidden_ % heads_ == 0, field("GptConfig::heads"), " (", heads_, ") must divide ",
+              field("GptConfig::hidden"), " (", hidden_, "): each head gets hidden/heads ", "channels; ",
+              std::gcd(hidden_, heads_) > 0 ? std::gcd(hidden_, heads_) : 1, " heads would.");
   REMAT_CHECK(sequence_ >= 1, field("GptConfig::sequence"), " must be at least 1, got ", sequence_, ".");
   REMAT_CHECK(vocabulary_ >= 2, "the vocabulary must have at least 2 tokens, got ", vocabulary_, ".");
-  REMAT_CHECK(dropout_ >= 0.0 && dropout_ < 1.0, field("GptConfig::dropout"), " must be in [0, 1), got ", dropout_, ".");
+  REMAT_CHECK(dropout_ >= 0.0 && dropout_ < 1.0, field("GptConfig::dropout"), " must be in [0, 1), got ", dropout_,
+              ".");
   // Beyond these no machine holds the model (or its cost table); refused before anything is sized.
   constexpr int64_t kMaxLayers = 100000, kMaxSize = int64_t{1} << 24;
-  REMAT_CHECK(layers_ <= kMaxLayers, field("GptConfig::layers"), " must be at most ", kMaxLayers, ", got ", layers_, ".");
+  REMAT_CHECK(layers_ <= kMaxLayers, field("GptConfig::layers"), " must be at most ", kMaxLayers, ", got ", layers_,
+              ".");
   REMAT_CHECK(hidden_ <= kMaxSize && heads_ <= hidden_, field("GptConfig::hidden"), " must be at most ", kMaxSize,
               " and ", field("GptConfig::heads"), " at most hidden, got ", hidden_, " and ", heads_, ".");
-  REMAT_CHECK(sequence_ <= kMaxSize, field("GptConfig::sequence"), " must be at most ", kMaxSize, ", got ", sequence_, ".");
-  REMAT_CHECK(vocabulary_ <= kMaxSize, field("GptConfig::vocabulary"), " must be at most ", kMaxSize, ", got ", vocabulary_, ".");
+  REMAT_CHECK(sequence_ <= kMaxSize, field("GptConfig::sequence"), " must be at most ", kMaxSize, ", got ", sequence_,
+              ".");
+  REMAT_CHECK(vocabulary_ <= kMaxSize, field("GptConfig::vocabulary"), " must be at most ", kMaxSize, ", got ",
+              vocabulary_, ".");
 }
 
 double GptConfig::model_bytes() const {
-  const double h = static_cast<double>(hidden_), v = static_cast<double>(vocabulary_), t = static_cast<double>(sequence_);
+  const double h = static_cast<double>(hidden_), v = static_cast<double>(vocabulary_),
+               t = static_cast<double>(sequence_);
   const double parameters = static_cast<double>(layers_) * (12.0 * h * h + 13.0 * h) + (v + t) * h + v * h + 2.0 * h;
   return 4.0 * parameters + static_cast<double>(layers_) * t * t;  // fp32, and a bool mask per block
 }
@@ -99,7 +106,8 @@ void check_gpt_run_fits_in_memory(const GptConfig& config, double activation_byt
   const double held = model * (2.0 + optimizer_moments) + activation_bytes;
   const double gib = 1024.0 * 1024.0 * 1024.0;
   std::ostringstream what;
-  what << std::setprecision(3) << "a GPT of " << config.describe() << " (" << model / gib << " GiB of parameters, as much again of gradients"
+  what << std::setprecision(3) << "a GPT of " << config.describe() << " (" << model / gib
+       << " GiB of parameters, as much again of gradients"
        << (optimizer_moments > 0 ? ", " + std::to_string(optimizer_moments) + " optimizer moments" : std::string())
        << ", " << activation_bytes / gib << " GiB of activations)";
   check_fits_in_machine_memory(held, what.str(),
@@ -145,9 +153,9 @@ at::Tensor GptBlockImpl::core_attention(const at::Tensor& qkv_out, bool fused) {
   at::Tensor scores = q.matmul(k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(HS)));  // (B,NH,T,T)
   if (causal_mask_.device() != scores.device()) causal_mask_ = causal_mask_.to(scores.device());
   scores = scores.masked_fill(causal_mask_.slice(0, 0, T).slice(1, 0, T), -std::numeric_limits<float>::infinity());
-  at::Tensor probs = scores.softmax(-1);                                                 // (B,NH,T,T)
+  at::Tensor probs = scores.softmax(-1);  // (B,NH,T,T)
   probs = F::dropout(probs, F::DropoutFuncOptions().p(dropout_).training(is_training()));
-  return probs.matmul(v).transpose(1, 2).contiguous().view({B, T, C});                 // (B,T,C)
+  return probs.matmul(v).transpose(1, 2).contiguous().view({B, T, C});  // (B,T,C)
 }
 
 at::Tensor GptBlockImpl::residual_dropout(const at::Tensor& x, bool fused) {
@@ -177,7 +185,8 @@ at::Tensor GptBlockImpl::mlp_half(const at::Tensor& x, Keep keep, bool graph_onl
   }
   at::Tensor out;  // (B,T,C)
   if (recomputes_matmul_inputs(keep)) {
-    at::Tensor u = layer_norm_linear(x, ln2->weight, ln2->bias, ln2->options.eps(), fc1->weight, fc1->bias);  // (B,T,4C)
+    at::Tensor u =
+        layer_norm_linear(x, ln2->weight, ln2->bias, ln2->options.eps(), fc1->weight, fc1->bias);  // (B,T,4C)
     out = gelu_linear(u, fc2->weight, fc2->bias);
   } else {
     out = fc2(F::gelu(fc1(ln2(x))));  // GELU output (B,T,4C) kept for fc2, erf GELU
@@ -195,7 +204,8 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
     blocks.push_back(register_module("block" + std::to_string(i), GptBlock(config)));
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({config.hidden()})));
-  head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(config.hidden(), config.vocabulary()).bias(false)));
+  head = register_module("head",
+                         torch::nn::Linear(torch::nn::LinearOptions(config.hidden(), config.vocabulary()).bias(false)));
 
   // GPT-2's initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2·layers).
   torch::NoGradGuard no_grad;
@@ -214,9 +224,10 @@ GptImpl::GptImpl(const GptConfig& config) : config_(config) {
 at::Tensor GptImpl::embed(const at::Tensor& tokens) {
   REMAT_CHECK(tokens.dim() == 2 && tokens.scalar_type() == at::kLong, "the GPT takes int64 tokens of shape (B, T).");
   const int64_t T = tokens.size(1);
-  REMAT_CHECK(T <= config_.sequence(), "the GPT was built for sequences of ", config_.sequence(), " tokens, got ", T, ".");
-  at::Tensor positions = torch::arange(T, tokens.options());         // (T)
-  at::Tensor x = wte(tokens) + wpe(positions);                        // (B,T,C)
+  REMAT_CHECK(T <= config_.sequence(), "the GPT was built for sequences of ", config_.sequence(), " tokens, got ", T,
+              ".");
+  at::Tensor positions = torch::arange(T, tokens.options());  // (T)
+  at::Tensor x = wte(tokens) + wpe(positions);                // (B,T,C)
   return F::dropout(x, F::DropoutFuncOptions().p(config_.dropout()).training(is_training()));
 }
 
@@ -307,18 +318,23 @@ GptChain::GptChain(Gpt model, GptGranularity granularity)
 std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> GptChain::stage_modules(int64_t index) const {
   const StageInfo& stage = stages_.at(index);
   switch (gpt_stage_kind(index, size(), granularity_)) {
-    case GptStage::embed: return {{"wte", model_->wte.ptr()}, {"wpe", model_->wpe.ptr()}};
-    case GptStage::head: return {{"ln_f", model_->ln_f.ptr()}, {"head", model_->head.ptr()}};
-    case GptStage::block: return {{"block" + std::to_string(stage.block), model_->blocks[stage.block].ptr()}};
+    case GptStage::embed:
+      return {{"wte", model_->wte.ptr()}, {"wpe", model_->wpe.ptr()}};
+    case GptStage::head:
+      return {{"ln_f", model_->ln_f.ptr()}, {"head", model_->head.ptr()}};
+    case GptStage::block:
+      return {{"block" + std::to_string(stage.block), model_->blocks[stage.block].ptr()}};
     case GptStage::attention: {
       const auto& block = model_->blocks[stage.block];
       const std::string prefix = "block" + std::to_string(stage.block) + ".";
-      return {{prefix + "ln1", block->ln1.ptr()}, {prefix + "qkv", block->qkv.ptr()}, {prefix + "proj", block->proj.ptr()}};
+      return {
+          {prefix + "ln1", block->ln1.ptr()}, {prefix + "qkv", block->qkv.ptr()}, {prefix + "proj", block->proj.ptr()}};
     }
     case GptStage::mlp: {
       const auto& block = model_->blocks[stage.block];
       const std::string prefix = "block" + std::to_string(stage.block) + ".";
-      return {{prefix + "ln2", block->ln2.ptr()}, {prefix + "fc1", block->fc1.ptr()}, {prefix + "fc2", block->fc2.ptr()}};
+      return {
+          {prefix + "ln2", block->ln2.ptr()}, {prefix + "fc1", block->fc1.ptr()}, {prefix + "fc2", block->fc2.ptr()}};
     }
   }
   return {};
@@ -357,7 +373,8 @@ at::Tensor GptChain::forward_stage_graph_only(int64_t index, const at::Tensor& i
   return run_with_option(index, input, option, /*graph_only=*/true);
 }
 
-at::Tensor GptChain::run_with_option(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
+at::Tensor GptChain::run_with_option(int64_t index, const at::Tensor& input, const std::string& option,
+                                     bool graph_only) {
   const StageInfo& stage = stages_.at(index);
   const Keep keep = parse_keep(option);
   switch (gpt_stage_kind(index, size(), granularity_)) {

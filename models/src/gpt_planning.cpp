@@ -10,7 +10,9 @@ namespace remat::models {
 
 Prediction GptCosts::predict(const Plan& plan) const { return simulate(to_half_granularity(plan), half); }
 
-Prediction GptCosts::unchecked() const { return simulate(Plan::plain(GptChainShape(layers(), GptGranularity::half)), half); }
+Prediction GptCosts::unchecked() const {
+  return simulate(Plan::plain(GptChainShape(layers(), GptGranularity::half)), half);
+}
 
 GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, const ProfileOptions& options) {
   GptChain chain(std::move(model), GptGranularity::half);
@@ -20,8 +22,10 @@ GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targ
 
 GptCosts gpt_costs_from_json(const std::string& text, const std::string& source) {
   GptCosts costs{CostTable::from_json(text, source)};
-  REMAT_CHECK(costs.half.granularity == to_string(GptGranularity::half) && costs.half.stages.size() >= 4 && costs.half.stages.size() % 2 == 0,
-              source, ": not a half-block cost table of a GPT (granularity 'half': embed, attention and MLP halves, head).");
+  REMAT_CHECK(costs.half.granularity == to_string(GptGranularity::half) && costs.half.stages.size() >= 4 &&
+                  costs.half.stages.size() % 2 == 0,
+              source,
+              ": not a half-block cost table of a GPT (granularity 'half': embed, attention and MLP halves, head).");
   const GptChainShape shape(costs.layers(), GptGranularity::half);
   costs.half.validate_against(shape);
   bool blocks_given = false;
@@ -33,21 +37,24 @@ GptCosts gpt_costs_from_json(const std::string& text, const std::string& source)
 }
 
 void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t batch, const std::string& source) {
-  REMAT_CHECK(costs.layers() == config.layers(), source, ": describes a model with ", costs.layers(),
-              " layers but ", field("GptConfig::layers"), " is ", config.layers(), ".");
+  REMAT_CHECK(costs.layers() == config.layers(), source, ": describes a model with ", costs.layers(), " layers but ",
+              field("GptConfig::layers"), " is ", config.layers(), ".");
   const int64_t boundary = batch * config.sequence() * config.hidden() * 4;  // fp32 (B,T,C)
   REMAT_CHECK(costs.half.stages.front().output_bytes == boundary, source,
               ": was made for another model or batch: its activations between stages are ",
-              costs.half.stages.front().output_bytes, " bytes, but ", field("batch"), " ", batch, " x ", field("GptConfig::sequence"), " ",
-              config.sequence(), " x ", field("GptConfig::hidden"), " ", config.hidden(), " x 4 bytes = ", boundary,
-              ". Profile this model and batch again.");
+              costs.half.stages.front().output_bytes, " bytes, but ", field("batch"), " ", batch, " x ",
+              field("GptConfig::sequence"), " ", config.sequence(), " x ", field("GptConfig::hidden"), " ",
+              config.hidden(), " x 4 bytes = ", boundary, ". Profile this model and batch again.");
 }
 
 GptGranularity gpt_request_granularity(const PlanRequest& request) {
   switch (request.kind()) {
-    case PlanRequest::Kind::policy: return gpt_policy_granularity(request.name());
-    case PlanRequest::Kind::budget: return GptGranularity::half;
-    case PlanRequest::Kind::plan: break;
+    case PlanRequest::Kind::policy:
+      return gpt_policy_granularity(request.name());
+    case PlanRequest::Kind::budget:
+      return GptGranularity::half;
+    case PlanRequest::Kind::plan:
+      break;
   }
   return parse_gpt_granularity(request.plan().granularity, request.name());
 }
@@ -97,7 +104,8 @@ std::vector<std::string> gpt_policy_names() {
 
 std::vector<std::string> gpt_policy_candidates() { return with_and_without_skip_ends(gpt_policy_names()); }
 
-std::vector<PlanResult> gpt_compare_planners(const GptCosts& costs, const Budget& budget, const PlannerOptions& options) {
+std::vector<PlanResult> gpt_compare_planners(const GptCosts& costs, const Budget& budget,
+                                             const PlannerOptions& options) {
   const int64_t layers = costs.layers();
   return compare_planners(
       costs.half, budget, gpt_policy_candidates(),

@@ -89,8 +89,8 @@ Plan gpt_policy_plan(const std::string& policy, const Chain& chain) {
   // Stage options, not segments: every block stage keeps less inside.
   for (const int64_t i : option_stages) {
     const auto& options = chain.stages()[i].options;
-    REMAT_CHECK(std::find(options.begin(), options.end(), base) != options.end(), "policy '", policy,
-                "': stage '", chain.stages()[i].name, "' has no option '", base, "'.");
+    REMAT_CHECK(std::find(options.begin(), options.end(), base) != options.end(), "policy '", policy, "': stage '",
+                chain.stages()[i].name, "' has no option '", base, "'.");
     plan.options[i] = base;
   }
   return plan;

@@ -42,7 +42,8 @@ std::string FieldError::message_naming(const std::function<std::string(const std
 std::string printable(const std::string& text, size_t max_chars) {
   std::string out = "'";
   size_t shown = std::min(text.size(), max_chars);
-  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80) --shown;  // whole UTF-8 characters
+  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80)
+    --shown;  // whole UTF-8 characters
   for (size_t i = 0; i < shown; ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c == '\n') {

@@ -97,8 +97,8 @@ std::string JsonFields::string_or(const char* key, const std::string& fallback) 
 int64_t JsonFields::integer_or(const char* key, int64_t fallback) const {
   if (!has(key)) return fallback;
   const nlohmann::json& value = field(key);
-  REMAT_CHECK(value.is_number_integer(), where_, ": field '", key, "' must be an integer, found ",
-              describe_json(value), ".");
+  REMAT_CHECK(value.is_number_integer(), where_, ": field '", key, "' must be an integer, found ", describe_json(value),
+              ".");
   REMAT_CHECK(value.is_number_unsigned() ? value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX) : true, where_,
               ": field '", key, "' is out of range, found ", describe_json(value), ".");
   return value.get<int64_t>();
@@ -107,8 +107,9 @@ int64_t JsonFields::integer_or(const char* key, int64_t fallback) const {
 int64_t JsonFields::bytes(const char* key) const {
   const nlohmann::json& value = field(key);
   const bool integer = value.is_number_integer();
-  const bool in_range = integer && (value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t{kMaxBytes}
-                                                               : value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxBytes);
+  const bool in_range =
+      integer && (value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t{kMaxBytes}
+                                             : value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxBytes);
   REMAT_CHECK(in_range, where_, ": field '", key, "' must be a whole number of bytes from 0 to 2^53 (8 PiB), found ",
               describe_json(value), integer || !value.is_number() ? "." : " (not an integer).");
   return value.get<int64_t>();

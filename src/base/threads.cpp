@@ -27,9 +27,7 @@ GetThreads openblas_getter() {
   return getter;
 }
 
-std::string plural(int count, const char* word) {
-  return std::to_string(count) + " " + word + (count == 1 ? "" : "s");
-}
+std::string plural(int count, const char* word) { return std::to_string(count) + " " + word + (count == 1 ? "" : "s"); }
 
 }  // namespace
 
@@ -105,8 +103,8 @@ TimingThreads::~TimingThreads() {
 std::string TimingThreads::description() const {
   if (!switched()) return timed_.to_string();
   return timed_.to_string() + "; the caller's " + found_.to_string() +
-         " was put back after timing (remat::set_cpu_threads(" + std::to_string(timed_.blas > 0 ? timed_.blas : timed_.intra_op) +
-         ") trains as timed)";
+         " was put back after timing (remat::set_cpu_threads(" +
+         std::to_string(timed_.blas > 0 ? timed_.blas : timed_.intra_op) + ") trains as timed)";
 }
 
 }  // namespace remat

@@ -16,7 +16,8 @@ int64_t Chain::num_blocks() const {
 
 std::vector<std::string> Chain::accepted_options(int64_t index) const {
   std::vector<std::string> options = stages().at(static_cast<size_t>(index)).options;
-  if (std::find(options.begin(), options.end(), kSelectiveOption) == options.end()) options.emplace_back(kSelectiveOption);
+  if (std::find(options.begin(), options.end(), kSelectiveOption) == options.end())
+    options.emplace_back(kSelectiveOption);
   return options;
 }
 
@@ -29,13 +30,13 @@ at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::s
   // One policy for every call: the preset's set of names is built once.
   static const SelectivePolicy policy = save_compute_intensive();
   const std::string default_option = info.options.at(0);
-  return checkpoint([this, index, default_option](const at::Tensor& x) { return forward_stage(index, x, default_option); },
-                    input,
-                    CheckpointOptions()
-                        .mode(CheckpointMode::non_reentrant)
-                        .selective(policy)
-                        .name(info.name)
-                        .restore_after_recompute(stage_buffers(index)));
+  return checkpoint(
+      [this, index, default_option](const at::Tensor& x) { return forward_stage(index, x, default_option); }, input,
+      CheckpointOptions()
+          .mode(CheckpointMode::non_reentrant)
+          .selective(policy)
+          .name(info.name)
+          .restore_after_recompute(stage_buffers(index)));
 }
 
 }  // namespace remat

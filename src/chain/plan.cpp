@@ -60,8 +60,7 @@ nlohmann::json items_to_json(const Plan& plan, const std::vector<PlanItem>& item
 }
 
 // Checks that `items` run stages next, next+1, ... in order; advances `next`.
-void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_t& next,
-                    const std::string& source) {
+void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_t& next, const std::string& source) {
   for (const auto& item : items) {
     if (item.is_stage()) {
       REMAT_CHECK(item.stage == next, source, ": stages must appear once each, in chain order; expected '",
@@ -87,7 +86,8 @@ std::vector<PlanItem> items_from_json(const nlohmann::json& array, const std::ve
     if (element.is_string()) {
       const auto name = element.get<std::string>();
       const auto it = index.find(name);
-      REMAT_CHECK(it != index.end(), source, ": unknown stage '", detail::shortened(name), "'; the plan's stages are: ", join_names(names), ".");
+      REMAT_CHECK(it != index.end(), source, ": unknown stage '", detail::shortened(name),
+                  "'; the plan's stages are: ", join_names(names), ".");
       items.push_back(PlanItem::run(it->second));
     } else {
       REMAT_CHECK(element.is_object() && element.size() == 1 && element.contains("checkpoint"), source,
@@ -221,8 +221,9 @@ std::pair<int64_t, int64_t> stage_range(const std::vector<PlanItem>& items) {
 
 Plan Plan::unchecked(std::string granularity, std::vector<std::string> stage_names,
                      std::vector<std::string> default_options, CheckpointMode mode) {
-  REMAT_CHECK(default_options.size() == stage_names.size(), "an unchecked plan needs one default option per stage: ",
-              stage_names.size(), " stages, ", default_options.size(), " options.");
+  REMAT_CHECK(default_options.size() == stage_names.size(),
+              "an unchecked plan needs one default option per stage: ", stage_names.size(), " stages, ",
+              default_options.size(), " options.");
   Plan plan;
   plan.granularity = std::move(granularity);
   plan.stage_names = std::move(stage_names);
@@ -236,7 +237,8 @@ Plan Plan::unchecked(std::string granularity, std::vector<std::string> stage_nam
 Plan Plan::plain(const Chain& chain) {
   std::vector<std::string> names, defaults;
   for (const auto& stage : chain.stages()) {
-    REMAT_CHECK(!stage.options.empty(), "stage '", stage.name, "' lists no options; give it at least one (its default).");
+    REMAT_CHECK(!stage.options.empty(), "stage '", stage.name,
+                "' lists no options; give it at least one (its default).");
     names.push_back(stage.name);
     defaults.push_back(stage.options.front());
   }
@@ -257,8 +259,8 @@ std::string Plan::to_string() const {
 }
 
 std::string Plan::to_json() const {
-  nlohmann::json j = {{"format", "remat-plan"}, {"version", 1}, {"granularity", granularity},
-                      {"stages", stage_names}, {"options", options}, {"plan", items_to_json(*this, items)}};
+  nlohmann::json j = {{"format", "remat-plan"}, {"version", 1},       {"granularity", granularity},
+                      {"stages", stage_names},  {"options", options}, {"plan", items_to_json(*this, items)}};
   if (!default_options.empty()) j["default_options"] = default_options;
   j["checkpoint_mode"] = remat::to_string(mode);
   return j.dump(2);
@@ -270,7 +272,8 @@ Plan Plan::from_json(const std::string& text, const std::string& source, int64_t
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    REMAT_CHECK(false, source, ": not valid JSON (", detail::describe_parse_error(e), "). Expected a plan written by Plan::to_json.");
+    REMAT_CHECK(false, source, ": not valid JSON (", detail::describe_parse_error(e),
+                "). Expected a plan written by Plan::to_json.");
   }
   REMAT_CHECK(!detail::json_deeper_than(j, 2 * kMaxNesting + 2), source, ": the JSON nests deeper than any plan can (",
               kMaxNesting, " checkpoint levels at most). Expected a plan written by Plan::to_json.");
@@ -282,7 +285,8 @@ Plan Plan::from_json(const std::string& text, const std::string& source, int64_t
   auto require = [&](const char* field, bool ok, const char* what) {
     REMAT_CHECK(j.contains(field) && ok, source, ": field '", field, "' must be ", what, ".");
   };
-  require("granularity", j.contains("granularity") && j["granularity"].is_string(), "a string (the chain's granularity)");
+  require("granularity", j.contains("granularity") && j["granularity"].is_string(),
+          "a string (the chain's granularity)");
   require("stages", j.contains("stages") && j["stages"].is_array() && !j["stages"].empty(),
           "a non-empty array of stage names");
   require("options", j.contains("options") && j["options"].is_array(), "an array with one option name per stage");
@@ -301,10 +305,11 @@ Plan Plan::from_json(const std::string& text, const std::string& source, int64_t
               " entries but there are ", plan.stage_names.size(), " stages; give one option per stage.");
   if (j.contains("default_options")) {
     const auto& defaults = j["default_options"];
-    REMAT_CHECK(defaults.is_array() && defaults.size() == plan.stage_names.size() &&
-                    std::all_of(defaults.begin(), defaults.end(), [](const nlohmann::json& d) { return d.is_string(); }),
-                source, ": field 'default_options' must be an array of ", plan.stage_names.size(),
-                " option names, one per stage.");
+    REMAT_CHECK(
+        defaults.is_array() && defaults.size() == plan.stage_names.size() &&
+            std::all_of(defaults.begin(), defaults.end(), [](const nlohmann::json& d) { return d.is_string(); }),
+        source, ": field 'default_options' must be an array of ", plan.stage_names.size(),
+        " option names, one per stage.");
     for (const auto& d : defaults) plan.default_options.push_back(d.get<std::string>());
   }
   if (j.contains("checkpoint_mode")) {  // absent in plans written before the mode existed: reentrant
@@ -319,8 +324,8 @@ Plan Plan::from_json(const std::string& text, const std::string& source, int64_t
   }
   // {"checkpoint": [...]} is two JSON levels per segment; the field itself, one more.
   const int64_t most = std::min<int64_t>(static_cast<int64_t>(plan.stage_names.size()), kMaxNesting);
-  REMAT_CHECK(!detail::json_deeper_than(j["plan"], 2 * most + 1), source, ": field 'plan' nests checkpoints more than ", most,
-              " levels deep; a plan of ", plan.stage_names.size(), " stages can use at most ", most,
+  REMAT_CHECK(!detail::json_deeper_than(j["plan"], 2 * most + 1), source, ": field 'plan' nests checkpoints more than ",
+              most, " levels deep; a plan of ", plan.stage_names.size(), " stages can use at most ", most,
               " (one stage per level; remat accepts at most ", kMaxNesting, ").");
   StageIndex index;
   index.reserve(plan.stage_names.size());
@@ -337,11 +342,11 @@ void Plan::validate_against(const Chain& chain) const {
   // The count before any name: a plan file of a million names for a chain of six is refused at once.
   const bool same_count = static_cast<int64_t>(stage_names.size()) == chain.size();
   const std::vector<std::string> chain_names = chain_names_of(chain);
-  REMAT_CHECK(same_count && granularity == chain.granularity() && stage_names == chain_names, "the plan was made for a chain of ",
-              stage_names.size(), " stages at granularity '", detail::shortened(granularity), "' (", join_names(stage_names),
-              ") but this model's chain has ", chain_names.size(), " stages at granularity '", chain.granularity(),
-              "' (", join_names(chain_names), "). Make the plan for this chain: the same stages at the same ",
-              "granularity.");
+  REMAT_CHECK(same_count && granularity == chain.granularity() && stage_names == chain_names,
+              "the plan was made for a chain of ", stage_names.size(), " stages at granularity '",
+              detail::shortened(granularity), "' (", join_names(stage_names), ") but this model's chain has ",
+              chain_names.size(), " stages at granularity '", chain.granularity(), "' (", join_names(chain_names),
+              "). Make the plan for this chain: the same stages at the same ", "granularity.");
   REMAT_CHECK(options.size() == chain_names.size(), "the plan has ", options.size(), " options for ",
               chain_names.size(), " stages.");
   for (size_t i = 0; i < options.size(); ++i) {
@@ -391,7 +396,8 @@ at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
   return run_items(chain, shared, shared->items, input, /*graph_only=*/false);
 }
 
-at::Tensor run_plan_observed(Chain& chain, const Plan& plan, const at::Tensor& input, const PlanItemObserver& observer) {
+at::Tensor run_plan_observed(Chain& chain, const Plan& plan, const at::Tensor& input,
+                             const PlanItemObserver& observer) {
   plan.validate_against(chain);
   auto shared = std::make_shared<const Plan>(plan);
   at::Tensor x = input;

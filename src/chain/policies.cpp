@@ -11,8 +11,8 @@ namespace remat {
 namespace {
 
 struct PolicySpec {
-  std::string base;     // "block", "every", ...
-  int64_t k = 0;        // for every:K and segments:K
+  std::string base;  // "block", "every", ...
+  int64_t k = 0;     // for every:K and segments:K
   bool skip_ends = false;
 };
 
@@ -20,11 +20,13 @@ const std::vector<PolicyDescription>& descriptions() {
   static const std::vector<PolicyDescription> list = {
       {"none", "keep every activation: most memory, no recompute"},
       {"block", "checkpoint every block: keeps only block inputs, recomputes every block's forward once"},
-      {"every:K", "checkpoint runs of K blocks: keeps one boundary per K blocks, recomputes all blocks; peak grows with K"},
+      {"every:K",
+       "checkpoint runs of K blocks: keeps one boundary per K blocks, recomputes all blocks; peak grows with K"},
       {"segments:K", "PyTorch's checkpoint_sequential over the blocks: K segments, the last one not checkpointed"},
       {"sqrt", "ceil(sqrt(N)) checkpointed segments (Chen et al.): O(sqrt N) boundaries for one extra forward"},
-      {"sac", "selective checkpointing in every block (stage option sac): keeps matrix products, convolutions and "
-              "attention, recomputes norms, activations, softmax and dropout"},
+      {"sac",
+       "selective checkpointing in every block (stage option sac): keeps matrix products, convolutions and "
+       "attention, recomputes norms, activations, softmax and dropout"},
       {"<policy>,skip-ends", "any policy with the first and last blocks left unchecked (they run plainly)"},
   };
   return list;
@@ -47,7 +49,8 @@ PolicySpec parse(const std::string& policy) {
   }
   if (colon != std::string::npos) {
     const std::string number = text.substr(colon + 1);
-    REMAT_CHECK(spec.base == "every" || spec.base == "segments", "policy '", policy, "': only every:K and segments:K take a number.");
+    REMAT_CHECK(spec.base == "every" || spec.base == "segments", "policy '", policy,
+                "': only every:K and segments:K take a number.");
     size_t used = 0;
     try {
       spec.k = std::stoll(number, &used);
@@ -57,7 +60,8 @@ PolicySpec parse(const std::string& policy) {
     REMAT_CHECK(used == number.size() && !number.empty() && spec.k >= 1, "policy '", policy,
                 "': K must be a whole number >= 1, as in ", spec.base, ":2.");
   } else {
-    REMAT_CHECK(spec.base != "every" && spec.base != "segments", "policy '", policy, "' needs a number: ", spec.base, ":K.");
+    REMAT_CHECK(spec.base != "every" && spec.base != "segments", "policy '", policy, "' needs a number: ", spec.base,
+                ":K.");
   }
   return spec;
 }
@@ -121,7 +125,8 @@ Plan plan_with_segments(const Chain& chain, const std::vector<std::pair<int64_t,
   for (int64_t i = 0; i < chain.size();) {
     if (next_segment < segments.size() && segments[next_segment].first == i) {
       std::vector<PlanItem> inner;
-      for (int64_t s = segments[next_segment].first; s < segments[next_segment].second; ++s) inner.push_back(PlanItem::run(s));
+      for (int64_t s = segments[next_segment].first; s < segments[next_segment].second; ++s)
+        inner.push_back(PlanItem::run(s));
       i = segments[next_segment].second;
       ++next_segment;
       items.push_back(PlanItem::checkpointed(std::move(inner)));
@@ -150,9 +155,10 @@ Plan policy_plan(const std::string& policy, const Chain& chain) {
   } else if (spec.base == "every") {
     for (int64_t b = first; b < last; b += spec.k) blocks_segment(b, std::min(b + spec.k, last));
   } else if (spec.base == "segments") {
-    REMAT_CHECK(spec.k <= std::max<int64_t>(candidates, 1), "policy '", policy, "': K must be at most the number of blocks it ",
-                "applies to (", candidates, ").");
-    for (const auto& [b0, b1] : checkpoint_sequential_segments(candidates, spec.k)) blocks_segment(first + b0, first + b1);
+    REMAT_CHECK(spec.k <= std::max<int64_t>(candidates, 1), "policy '", policy,
+                "': K must be at most the number of blocks it ", "applies to (", candidates, ").");
+    for (const auto& [b0, b1] : checkpoint_sequential_segments(candidates, spec.k))
+      blocks_segment(first + b0, first + b1);
   } else if (spec.base == "sqrt" && candidates > 0) {
     const auto count = static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(candidates))));
     const int64_t size = (candidates + count - 1) / count;

@@ -16,13 +16,15 @@ std::string short_type_name(const std::string& name) {
   if (type.size() > 4 && type.compare(type.size() - 4, 4, "Impl") == 0) type.resize(type.size() - 4);
   std::string out;
   for (char c : type) {
-    if (std::isalnum(static_cast<unsigned char>(c))) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
   return out.empty() ? "module" : out;
 }
 
 std::string stage_name_of(const std::string& key, const torch::nn::Module& module) {
-  const bool numeric = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  const bool numeric = !key.empty() && std::all_of(key.begin(), key.end(),
+                                                   [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
   return numeric ? short_type_name(module.name()) + key : key;
 }
 
@@ -33,7 +35,8 @@ std::string shape_of(const at::Tensor& t) {
 }
 
 std::vector<std::pair<std::string, torch::nn::AnyModule>> named_modules_of(const torch::nn::Sequential& sequential) {
-  REMAT_CHECK(!sequential.is_empty(), "SequentialChain: the Sequential is an empty holder (nullptr); construct it first.");
+  REMAT_CHECK(!sequential.is_empty(),
+              "SequentialChain: the Sequential is an empty holder (nullptr); construct it first.");
   std::vector<std::pair<std::string, torch::nn::AnyModule>> out;
   const auto children = sequential->named_children();
   size_t i = 0;
@@ -117,7 +120,8 @@ void SequentialChain::rebuild_infos() {
   infos_.clear();
   for (size_t i = 0; i < stages_.size(); ++i) {
     const auto& s = stages_[i].stage;
-    REMAT_CHECK(!loss_ || s.name != "loss", "SequentialChain: a stage is named 'loss', the name of the loss stage; rename it.");
+    REMAT_CHECK(!loss_ || s.name != "loss",
+                "SequentialChain: a stage is named 'loss', the name of the loss stage; rename it.");
     for (const auto& other : infos_) {
       REMAT_CHECK(other.name != s.name, "SequentialChain: two stages are named '", s.name, "'; names must be unique.");
     }
@@ -166,7 +170,8 @@ std::vector<std::string> SequentialChain::stage_parameter_names(int64_t index) c
   if (index >= static_cast<int64_t>(stages_.size())) return out;
   const auto& stage = stages_[index];
   for (size_t m = 0; m < stage.stage.modules.size(); ++m) {
-    for (const auto& p : stage.stage.modules[m]->named_parameters()) out.push_back(stage.module_names[m] + "." + p.key());
+    for (const auto& p : stage.stage.modules[m]->named_parameters())
+      out.push_back(stage.module_names[m] + "." + p.key());
   }
   return out;
 }

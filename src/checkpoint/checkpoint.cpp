@@ -49,9 +49,7 @@ thread_local CheckpointMode default_mode = CheckpointMode::reentrant;
 
 CheckpointMode default_checkpoint_mode() { return default_mode; }
 
-const char* to_string(CheckpointMode mode) {
-  return mode == CheckpointMode::reentrant ? "reentrant" : "non-reentrant";
-}
+const char* to_string(CheckpointMode mode) { return mode == CheckpointMode::reentrant ? "reentrant" : "non-reentrant"; }
 
 std::ostream& operator<<(std::ostream& out, CheckpointMode mode) { return out << to_string(mode); }
 
@@ -89,12 +87,10 @@ std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vect
   return outputs;
 }
 
-at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input,
-                      const CheckpointOptions& options) {
+at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input, const CheckpointOptions& options) {
   REMAT_CHECK(static_cast<bool>(fn), describe_input_use(options.name()), "the function is empty.");
-  auto outputs = checkpoint(
-      [fn](const std::vector<at::Tensor>& xs) { return std::vector<at::Tensor>{fn(xs[0])}; },
-      std::vector<at::Tensor>{input}, options);
+  auto outputs = checkpoint([fn](const std::vector<at::Tensor>& xs) { return std::vector<at::Tensor>{fn(xs[0])}; },
+                            std::vector<at::Tensor>{input}, options);
   return outputs[0];
 }
 

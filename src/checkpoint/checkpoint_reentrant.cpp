@@ -99,8 +99,8 @@ struct CheckpointState : torch::CustomClassHolder {
   detail::RngSnapshot rng;
   size_t num_rng_tensors = 0;
   detail::AutocastSnapshot autocast;
-  detail::SavedVersions versions;  // of the inputs and of what the forward's operations saved
-  variable_list forward_outputs;  // handed from checkpoint() to forward(), then released
+  detail::SavedVersions versions;            // of the inputs and of what the forward's operations saved
+  variable_list forward_outputs;             // handed from checkpoint() to forward(), then released
   std::unique_ptr<detail::OperatorLog> log;  // the forward's operator calls (a policy, check_reads)
 };
 
@@ -108,8 +108,7 @@ struct CheckpointState : torch::CustomClassHolder {
 // tensors it reached that require grad and were not inputs: the parameters `fn` uses. A node older
 // than the recording means `fn` used a non-leaf tensor produced outside it, which cannot be
 // recomputed from the inputs: it must be passed as an input.
-std::vector<at::Tensor> find_used_parameters(const variable_list& outputs,
-                                             const variable_list& own_inputs,
+std::vector<at::Tensor> find_used_parameters(const variable_list& outputs, const variable_list& own_inputs,
                                              uint64_t first_sequence_nr, const std::string& name) {
   std::unordered_set<const c10::TensorImpl*> inputs;
   for (const auto& t : own_inputs) {
@@ -118,8 +117,7 @@ std::vector<at::Tensor> find_used_parameters(const variable_list& outputs,
   std::unordered_set<const c10::TensorImpl*> found_set;
   std::vector<at::Tensor> found;
   auto add_leaf = [&](const at::Tensor& leaf) {
-    if (inputs.count(leaf.unsafeGetTensorImpl()) == 0 &&
-        found_set.insert(leaf.unsafeGetTensorImpl()).second) {
+    if (inputs.count(leaf.unsafeGetTensorImpl()) == 0 && found_set.insert(leaf.unsafeGetTensorImpl()).second) {
       found.push_back(leaf);
     }
   };
@@ -143,8 +141,8 @@ std::vector<at::Tensor> find_used_parameters(const variable_list& outputs,
     }
     REMAT_CHECK(node->sequence_nr() >= first_sequence_nr, describe_input_use(name),
                 "the function uses a tensor that requires grad and was computed outside it (it "
-                "reaches autograd node ", node->name(),
-                "). Pass that tensor in the checkpoint's inputs instead of capturing it.");
+                "reaches autograd node ",
+                node->name(), "). Pass that tensor in the checkpoint's inputs instead of capturing it.");
     for (const auto& edge : node->next_edges()) {
       if (edge.function) stack.push_back(edge.function.get());
     }
@@ -156,8 +154,7 @@ variable_list detach_like(const variable_list& tensors, const std::vector<bool>&
   variable_list out;
   out.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    out.push_back(tensors[i].defined() ? tensors[i].detach().requires_grad_(requires_grad[i])
-                                       : at::Tensor());
+    out.push_back(tensors[i].defined() ? tensors[i].detach().requires_grad_(requires_grad[i]) : at::Tensor());
   }
   return out;
 }
@@ -215,11 +212,10 @@ void check_recomputed_outputs(const CheckpointState& state, const variable_list&
   for (size_t i = 0; i < outputs.size(); ++i) {
     const OutputMeta now = OutputMeta::of(outputs[i]);
     const OutputMeta& then = state.output_meta[i];
-    REMAT_CHECK(now.defined == then.defined && now.sizes == then.sizes && now.dtype == then.dtype &&
-                    now.device == then.device,
-                describe_input_use(name), "output ", i, " of the recompute is ", describe(now),
-                " but the forward's was ", describe(then),
-                ". The function must compute the same shapes, dtypes and devices when re-run.");
+    REMAT_CHECK(
+        now.defined == then.defined && now.sizes == then.sizes && now.dtype == then.dtype && now.device == then.device,
+        describe_input_use(name), "output ", i, " of the recompute is ", describe(now), " but the forward's was ",
+        describe(then), ". The function must compute the same shapes, dtypes and devices when re-run.");
   }
 }
 
@@ -227,8 +223,8 @@ void check_recomputed_outputs(const CheckpointState& state, const variable_list&
 // forward()'s state argument. Differentiates with respect to every input and parameter that
 // requires grad; the engine running this backward then delivers them once along the node's edges.
 variable_list differentiate(variable_list outputs, const variable_list& grad_outputs,
-                            const variable_list& recompute_inputs, const variable_list& parameters,
-                            size_t saved_count, bool create_graph) {
+                            const variable_list& recompute_inputs, const variable_list& parameters, size_t saved_count,
+                            bool create_graph) {
   // grad_outputs has one entry per defined output: undefined outputs never enter the graph.
   variable_list roots, root_grads;
   for (size_t i = 0, g = 0; i < outputs.size(); ++i) {

@@ -15,16 +15,15 @@ std::vector<std::pair<int64_t, int64_t>> checkpoint_sequential_segments(int64_t 
   return ranges;
 }
 
-
 CheckpointedImpl::CheckpointedImpl(torch::nn::AnyModule module, CheckpointOptions options)
-    : CheckpointedImpl(module.is_empty() ? nullptr : module.ptr(),
-                       [module](const at::Tensor& x) mutable { return module.forward(x); },
-                       std::move(options)) {}
+    : CheckpointedImpl(
+          module.is_empty() ? nullptr : module.ptr(),
+          [module](const at::Tensor& x) mutable { return module.forward(x); }, std::move(options)) {}
 
 CheckpointedImpl::CheckpointedImpl(torch::nn::Sequential sequential, CheckpointOptions options)
-    : CheckpointedImpl(sequential.ptr(),
-                       [sequential = sequential.ptr()](const at::Tensor& x) { return sequential->forward(x); },
-                       std::move(options)) {}
+    : CheckpointedImpl(
+          sequential.ptr(), [sequential = sequential.ptr()](const at::Tensor& x) { return sequential->forward(x); },
+          std::move(options)) {}
 
 CheckpointedImpl::CheckpointedImpl(std::shared_ptr<torch::nn::Module> module, TensorFunction forward,
                                    CheckpointOptions options)
@@ -58,8 +57,8 @@ void CheckpointedImpl::pretty_print(std::ostream& stream) const {
   stream << ")";
 }
 
-at::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments,
-                                 const at::Tensor& input, const CheckpointOptions& options) {
+at::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments, const at::Tensor& input,
+                                 const CheckpointOptions& options) {
   const auto n = static_cast<int64_t>(sequential->size());
   REMAT_CHECK(segments >= 1 && segments <= n, "checkpoint_sequential: segments must be between 1 and ",
               "the number of modules (", n, "), got ", segments, ".");

@@ -75,8 +75,7 @@ void RngSnapshot::restore() const {
   for (const auto& [index, state] : cuda_states_) set_generator_state(cuda_generator(index), state);
 }
 
-ForkedRngScope::ForkedRngScope(const RngSnapshot& forward_state)
-    : saved_(RngSnapshot::capture_like(forward_state)) {
+ForkedRngScope::ForkedRngScope(const RngSnapshot& forward_state) : saved_(RngSnapshot::capture_like(forward_state)) {
   forward_state.restore();
 }
 
@@ -112,9 +111,7 @@ void AutocastSnapshot::apply() const {
 #endif
 }
 
-AutocastScope::AutocastScope(const AutocastSnapshot& state) : saved_(AutocastSnapshot::capture()) {
-  state.apply();
-}
+AutocastScope::AutocastScope(const AutocastSnapshot& state) : saved_(AutocastSnapshot::capture()) { state.apply(); }
 
 AutocastScope::~AutocastScope() { saved_.apply(); }
 
@@ -187,6 +184,8 @@ SavedTensorHooksScope::SavedTensorHooksScope(Factory make) {
 SavedTensorHooksScope::~SavedTensorHooksScope() { hook_factories.pop_back(); }
 
 DropSavedTensorsScope::DropSavedTensorsScope(SavedVersions* versions)
-    : hooks_([versions] { return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor(versions)); }) {}
+    : hooks_([versions] {
+        return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor(versions));
+      }) {}
 
 }  // namespace remat::detail

@@ -47,7 +47,8 @@ const SchemaFacts& facts_of(const c10::FunctionSchema& schema) {
     if (alias != nullptr && alias->isWrite()) facts.written.push_back(i);
   }
   facts.random = facts.random || schema.name() == "aten::native_dropout";
-  for (const auto& result : schema.returns()) facts.returns_alias = facts.returns_alias || result.alias_info() != nullptr;
+  for (const auto& result : schema.returns())
+    facts.returns_alias = facts.returns_alias || result.alias_info() != nullptr;
   return known.emplace(&schema, std::move(facts)).first->second;
 }
 
@@ -70,7 +71,7 @@ struct KeptTensor {
   at::Tensor value;
   c10::VariableVersion counter;  // the forward's result's: a change in place shows here
   uint32_t version;
-  bool private_copy = false;     // copied before the forward changed the result in place (or undefined)
+  bool private_copy = false;  // copied before the forward changed the result in place (or undefined)
 };
 
 struct Read {
@@ -91,7 +92,7 @@ struct Call {
   const c10::FunctionSchema* schema;
   bool keeps = false;
   std::vector<KeptResult> results;
-  std::vector<KeptTensor> kept;  // the kept results' tensors
+  std::vector<KeptTensor> kept;          // the kept results' tensors
   c10::optional<RngSnapshot> rng_after;  // a kept random call: where the forward left the RNG
   std::vector<Read> reads;
 };
@@ -222,7 +223,8 @@ void keep_results(OperatorLog::State& log, const c10::FunctionSchema& schema, co
                   CheckpointPolicy decision, Call& call) {
   bool shares_argument = false;
   for_each_tensor(results, [&](const at::Tensor& r) {
-    for (const at::Tensor& a : argument_tensors) shares_argument = shares_argument || (r.defined() && a.defined() && r.is_alias_of(a));
+    for (const at::Tensor& a : argument_tensors)
+      shares_argument = shares_argument || (r.defined() && a.defined() && r.is_alias_of(a));
   });
   if (shares_argument) {
     REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
@@ -279,7 +281,9 @@ void record(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKey
   const size_t num_results = schema.returns().size();
   const c10::ArrayRef<c10::IValue> results(stack->data() + stack->size() - num_results, num_results);
   if (log.check_reads) {
-    for_each_tensor(results, [&](const at::Tensor& t) { if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl()); });
+    for_each_tensor(results, [&](const at::Tensor& t) {
+      if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl());
+    });
   }
   if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
     keep_results(log, schema, facts, results, argument_tensors, decision, call);
@@ -311,8 +315,8 @@ void check_reads(const OperatorLog::State& log, const Call& call, size_t index, 
       const uint32_t version = counter.enabled() ? counter.current_version() : 0;
       REMAT_CHECK(version == read.version, where, "reads a ", describe(t),
                   " tensor that the function captured (neither an input nor made by the function) and that was "
-                  "modified in place after the forward (its version is ", version, ", the forward read version ",
-                  read.version,
+                  "modified in place after the forward (its version is ",
+                  version, ", the forward read version ", read.version,
                   "): the recompute would compute with the new values and give wrong gradients. Change it only "
                   "after backward, or clone it before changing it.");
       continue;
@@ -347,7 +351,8 @@ void replay(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKey
               "state changed since the forward.");
   const size_t num_arguments = schema.arguments().size();
   if (!call.reads.empty()) {
-    check_reads(log, call, index, c10::ArrayRef<c10::IValue>(stack->data() + stack->size() - num_arguments, num_arguments));
+    check_reads(log, call, index,
+                c10::ArrayRef<c10::IValue>(stack->data() + stack->size() - num_arguments, num_arguments));
   }
   // A kept result changed in place where remat could not copy it first (after the forward, or in a
   // checkpoint nested in the function) no longer holds the call's value: the call runs again, from

@@ -13,19 +13,28 @@ namespace {
 // Matrix products as kernels see them (linear and matmul decompose into these).
 const std::vector<std::string>& matrix_product_operators() {
   static const std::vector<std::string> names = {
-      "aten::mm",   "aten::addmm", "aten::bmm", "aten::baddbmm",        "aten::addbmm", "aten::mv",
-      "aten::addmv", "aten::dot",  "aten::vdot", "aten::_addmm_activation", "aten::_int_mm", "aten::_scaled_mm",
-      "aten::linear", "aten::matmul", "aten::mkldnn_linear"};
+      "aten::mm",      "aten::addmm",      "aten::bmm",    "aten::baddbmm", "aten::addbmm",
+      "aten::mv",      "aten::addmv",      "aten::dot",    "aten::vdot",    "aten::_addmm_activation",
+      "aten::_int_mm", "aten::_scaled_mm", "aten::linear", "aten::matmul",  "aten::mkldnn_linear"};
   return names;
 }
 
 const std::vector<std::string>& convolution_and_attention_operators() {
-  static const std::vector<std::string> names = {
-      "aten::convolution", "aten::_convolution", "aten::convolution_overrideable", "aten::mkldnn_convolution",
-      "aten::cudnn_convolution", "aten::miopen_convolution", "aten::_slow_conv2d_forward", "aten::slow_conv3d_forward",
-      "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",
-      "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
-      "aten::_flash_attention_forward", "aten::_efficient_attention_forward", "aten::_native_multi_head_attention"};
+  static const std::vector<std::string> names = {"aten::convolution",
+                                                 "aten::_convolution",
+                                                 "aten::convolution_overrideable",
+                                                 "aten::mkldnn_convolution",
+                                                 "aten::cudnn_convolution",
+                                                 "aten::miopen_convolution",
+                                                 "aten::_slow_conv2d_forward",
+                                                 "aten::slow_conv3d_forward",
+                                                 "aten::_scaled_dot_product_flash_attention",
+                                                 "aten::_scaled_dot_product_flash_attention_for_cpu",
+                                                 "aten::_scaled_dot_product_efficient_attention",
+                                                 "aten::_scaled_dot_product_cudnn_attention",
+                                                 "aten::_flash_attention_forward",
+                                                 "aten::_efficient_attention_forward",
+                                                 "aten::_native_multi_head_attention"};
   return names;
 }
 
@@ -42,10 +51,14 @@ std::shared_ptr<const NameSet> set_of(const std::vector<std::string>& a, const s
 
 const char* to_string(CheckpointPolicy policy) {
   switch (policy) {
-    case CheckpointPolicy::must_save: return "must_save";
-    case CheckpointPolicy::prefer_save: return "prefer_save";
-    case CheckpointPolicy::must_recompute: return "must_recompute";
-    case CheckpointPolicy::prefer_recompute: return "prefer_recompute";
+    case CheckpointPolicy::must_save:
+      return "must_save";
+    case CheckpointPolicy::prefer_save:
+      return "prefer_save";
+    case CheckpointPolicy::must_recompute:
+      return "must_recompute";
+    case CheckpointPolicy::prefer_recompute:
+      return "prefer_recompute";
   }
   return "unknown";
 }
@@ -80,8 +93,7 @@ SelectivePolicy save_every_other_matmul() {
 
 SelectivePolicy save_operators(std::vector<std::string> names) {
   for (const auto& name : names) {
-    REMAT_CHECK(name.find("::") != std::string::npos && name.find("::") > 0,
-                "save_operators: '", name.substr(0, 80),
+    REMAT_CHECK(name.find("::") != std::string::npos && name.find("::") > 0, "save_operators: '", name.substr(0, 80),
                 "' is not an operator name; name operators as kernels see them, with their namespace: "
                 "\"aten::mm\", or \"aten::add.Tensor\" for one overload.");
   }

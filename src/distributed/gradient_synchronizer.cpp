@@ -193,9 +193,10 @@ GradientSynchronizer::GradientSynchronizer(std::shared_ptr<ProcessGroup> group, 
   for (size_t i = 0; i < n; ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(s.parameters[i]);
     REMAT_CHECK(accumulator != nullptr, "GradientSynchronizer: parameter ", i, " has no gradient accumulator.");
-    s.hook_keys.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>([owner = std::weak_ptr<Impl>(impl_), i] {
-      if (auto live = owner.lock()) live->on_ready(i);
-    })));
+    s.hook_keys.push_back(
+        accumulator->add_post_hook(std::make_unique<ReadyHook>([owner = std::weak_ptr<Impl>(impl_), i] {
+          if (auto live = owner.lock()) live->on_ready(i);
+        })));
     s.accumulators.push_back(std::move(accumulator));
   }
   s.reset_step();

@@ -53,9 +53,7 @@ std::string first_line(const std::exception& e) {
   return text.size() > 200 ? text.substr(0, 200) + "..." : text;
 }
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
+bool is_loopback(const std::string& host) { return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1"; }
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
@@ -142,7 +140,8 @@ std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout;
 std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   auto impl = std::make_unique<Impl>();
   const int64_t world = options.world_size() > 0 ? options.world_size() : env_int("WORLD_SIZE", -1, 1, 1 << 20);
-  REMAT_CHECK(world >= 1, "distributed: WORLD_SIZE is not set. Launch with torchrun (or distributed::launch_local), or set "
+  REMAT_CHECK(world >= 1,
+              "distributed: WORLD_SIZE is not set. Launch with torchrun (or distributed::launch_local), or set "
               "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT on every process.");
   const int64_t rank = options.rank() >= 0 ? options.rank() : env_int("RANK", -1, 0, world - 1);
   REMAT_CHECK(rank >= 0 && rank < world, "distributed: RANK must be set to a number in [0, WORLD_SIZE) = [0, ", world,
@@ -152,7 +151,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   impl->timeout = options.timeout().count() > 0
                       ? options.timeout()
                       : std::chrono::milliseconds(1000 * env_int("REMAT_DIST_TIMEOUT", 300, 1, 7 * 24 * 3600));
-  std::string addr = !options.master_addr().empty() ? options.master_addr() : (env("MASTER_ADDR") ? env("MASTER_ADDR") : "");
+  std::string addr =
+      !options.master_addr().empty() ? options.master_addr() : (env("MASTER_ADDR") ? env("MASTER_ADDR") : "");
   const int64_t port = options.master_port() > 0 ? options.master_port() : env_int("MASTER_PORT", -1, 1, 65535);
   REMAT_CHECK(world == 1 || (!addr.empty() && port > 0), "distributed: MASTER_ADDR and MASTER_PORT must name rank 0's ",
               "machine and a free port (e.g. MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 on one machine); got '", addr,
@@ -160,8 +160,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   if (addr.empty()) addr = "127.0.0.1";
 
   // The store: torchrun's agent hosts it when it says so; otherwise rank 0 does.
-  const bool agent_store = env("TORCHELASTIC_USE_AGENT_STORE") != nullptr &&
-                           std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+  const bool agent_store =
+      env("TORCHELASTIC_USE_AGENT_STORE") != nullptr && std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<std::uint16_t>(port > 0 ? port : 29500);
   store_options.isServer = !agent_store && rank == 0;
@@ -211,8 +211,8 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
     REMAT_CHECK(waited < impl->timeout / 2, "distributed: rank ", rank, " of ", world,
                 ": the ranks did not all meet within ", impl->timeout.count() / 1000, " s (", first_line(e),
                 "). Start all ", world, " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE.");
-    REMAT_CHECK(false, "distributed: rank ", rank, " of ", world, ": Gloo could not connect the ranks (",
-                first_line(e), ") after ", waited.count() / 1000.0, " s, before the ", impl->timeout.count() / 1000,
+    REMAT_CHECK(false, "distributed: rank ", rank, " of ", world, ": Gloo could not connect the ranks (", first_line(e),
+                ") after ", waited.count() / 1000.0, " s, before the ", impl->timeout.count() / 1000,
                 " s timeout: check that MASTER_ADDR (", addr, ") is an address of rank 0's machine that every rank ",
                 "can reach, or name the network interface with GLOO_SOCKET_IFNAME.");
   }

@@ -56,7 +56,7 @@ std::string folder_of(const std::string& path) {
 void write_file_atomically(const std::string& path, const std::string& text, AtPath at_path) {
   static std::atomic<unsigned> counter{0};
   REMAT_CHECK(!path.empty(), "cannot write a file with an empty name.");
-  struct stat old{};
+  struct stat old {};
   bool exists = false;
   std::string target = path;
   if (at_path == AtPath::follow_link) {
@@ -86,7 +86,8 @@ void write_file_atomically(const std::string& path, const std::string& text, AtP
   ok = std::fclose(file) == 0 && ok;
   if (!ok) {
     std::remove(temporary.c_str());
-    REMAT_CHECK(false, "cannot write '", path, "' (", std::strerror(saved_errno), "; disk full?); it was left as it was.");
+    REMAT_CHECK(false, "cannot write '", path, "' (", std::strerror(saved_errno),
+                "; disk full?); it was left as it was.");
   }
   if (std::rename(temporary.c_str(), target.c_str()) != 0) {
     const int rename_errno = errno;
@@ -103,7 +104,7 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   REMAT_CHECK(fd >= 0 || errno != ENOENT, what, " '", path, "' does not exist.");
   REMAT_CHECK(fd >= 0, what, " '", path, "' cannot be read (", std::strerror(errno), ").");
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > max_bytes) {
     const bool regular = S_ISREG(st.st_mode);
     ::close(fd);
@@ -121,7 +122,8 @@ std::string read_regular_file(const std::string& path, const std::string& what, 
   }
   const int read_errno = errno;
   ::close(fd);
-  REMAT_CHECK(done == text.size() || read_errno == 0, what, " '", path, "' cannot be read (", std::strerror(read_errno), ").");
+  REMAT_CHECK(done == text.size() || read_errno == 0, what, " '", path, "' cannot be read (", std::strerror(read_errno),
+              ").");
   text.resize(done);
   return text;
 }

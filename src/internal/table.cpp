@@ -30,7 +30,8 @@ void Table::print(std::ostream& out) const {
       const std::string& text = row[shown[i]].text;
       width[i] = std::max(width[i], text.size());
       const char first = text.empty() ? '0' : text[0];
-      if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-' || first == '.')) left[i] = true;
+      if (!(std::isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-' || first == '.'))
+        left[i] = true;
     }
   }
   auto line = [&](auto text_of) {

@@ -140,8 +140,8 @@ double paired_time_ratio(const PlanMeasurement& plan, const PlanMeasurement& bas
   return paired_time_ratios(plan, baseline).median;
 }
 
-std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured, const std::vector<size_t>& candidates,
-                                      int64_t budget_bytes, size_t baseline) {
+std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured,
+                                      const std::vector<size_t>& candidates, int64_t budget_bytes, size_t baseline) {
   REMAT_CHECK(baseline < measured.size(), "fastest_fitting: baseline ", baseline, " is not one of the ",
               measured.size(), " measurements.");
   std::optional<size_t> best;
@@ -178,10 +178,10 @@ double PlanVerification::max_buffer_difference() const {
 
 std::string PlanVerification::to_string() const {
   std::ostringstream os;
-  os << (bitwise_equal() ? "bitwise equal to the unchecked step" : "differs from the unchecked step") << ": output max |d| "
-     << output_max_abs_difference << ", gradients max |d| " << max_gradient_difference() << " over "
-     << gradients.size() << " parameters, buffers max |d| " << max_buffer_difference() << " over " << buffers.size()
-     << " buffers\n";
+  os << (bitwise_equal() ? "bitwise equal to the unchecked step" : "differs from the unchecked step")
+     << ": output max |d| " << output_max_abs_difference << ", gradients max |d| " << max_gradient_difference()
+     << " over " << gradients.size() << " parameters, buffers max |d| " << max_buffer_difference() << " over "
+     << buffers.size() << " buffers\n";
   for (const auto* list : {&gradients, &buffers}) {
     for (const auto& d : *list) {
       if (d.max_abs_difference != 0) os << "  " << d.name << ": max |d| " << d.max_abs_difference << "\n";

@@ -36,9 +36,7 @@ class TrackingCpuAllocator final : public c10::Allocator {
  public:
 #if REMAT_TORCH_AT_LEAST(2, 3)
   c10::DataPtr allocate(size_t bytes) override { return allocate_tracked(bytes); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 #else
   c10::DataPtr allocate(size_t bytes) const override { return allocate_tracked(bytes); }
 #endif
@@ -128,7 +126,6 @@ void reset_peak_memory(c10::Device device) {
   REMAT_CHECK(device.is_cpu(), "reset_peak_memory: device ", device, " is not supported; use CPU or CUDA.");
   TrackingCpuAllocator::instance().reset_peak();
 }
-
 
 double physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);

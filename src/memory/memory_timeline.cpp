@@ -34,10 +34,14 @@ std::atomic<int> step_phase{static_cast<int>(StepPhase::idle)};
 
 const char* to_string(StepPhase phase) {
   switch (phase) {
-    case StepPhase::idle: return "idle";
-    case StepPhase::forward: return "forward";
-    case StepPhase::backward: return "backward";
-    case StepPhase::recompute: return "recompute";
+    case StepPhase::idle:
+      return "idle";
+    case StepPhase::forward:
+      return "forward";
+    case StepPhase::backward:
+      return "backward";
+    case StepPhase::recompute:
+      return "recompute";
   }
   return "unknown";
 }

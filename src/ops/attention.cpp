@@ -177,8 +177,13 @@ struct MemoryEfficientAttention : torch::autograd::Function<MemoryEfficientAtten
     const auto as_input = [&](const at::Tensor& g, int64_t length) {
       return g.view({s.batch, s.heads, length, s.head_size});
     };
-    return {as_input(dq, s.queries), as_input(dk, s.keys), as_input(dv, s.keys), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {as_input(dq, s.queries),
+            as_input(dk, s.keys),
+            as_input(dv, s.keys),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -213,8 +218,10 @@ AttentionKernel attention_kernel(const at::Tensor& q, const at::Tensor& k, const
   return options.kernel();
 #else
   (void)q, (void)k, (void)v;
-  REMAT_CHECK(options.kernel() != AttentionKernel::sdpa, "remat::ops::attention: the sdpa kernel needs LibTorch 2.1 or "
-              "later (scaled_dot_product_attention); this is ", TORCH_VERSION, ". Use AttentionKernel::automatic.");
+  REMAT_CHECK(options.kernel() != AttentionKernel::sdpa,
+              "remat::ops::attention: the sdpa kernel needs LibTorch 2.1 or "
+              "later (scaled_dot_product_attention); this is ",
+              TORCH_VERSION, ". Use AttentionKernel::automatic.");
   return AttentionKernel::blocked;
 #endif
 }
@@ -226,12 +233,11 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
               q.sizes(), ", ", k.sizes(), " and ", v.sizes(), ".");
   REMAT_CHECK(k.sizes() == v.sizes(), "remat::ops::attention: k and v must have the same shape, got ", k.sizes(),
               " and ", v.sizes(), ".");
-  REMAT_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3),
-              "remat::ops::attention: q ", q.sizes(), " and k ", k.sizes(),
-              " must agree on batch, heads and head size (dimensions 0, 1 and 3).");
-  REMAT_CHECK(at::isFloatingType(q.scalar_type()) && q.scalar_type() == k.scalar_type() &&
-                  q.scalar_type() == v.scalar_type(),
-              "remat::ops::attention: q, k and v must share one floating-point dtype.");
+  REMAT_CHECK(q.size(0) == k.size(0) && q.size(1) == k.size(1) && q.size(3) == k.size(3), "remat::ops::attention: q ",
+              q.sizes(), " and k ", k.sizes(), " must agree on batch, heads and head size (dimensions 0, 1 and 3).");
+  REMAT_CHECK(
+      at::isFloatingType(q.scalar_type()) && q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type(),
+      "remat::ops::attention: q, k and v must share one floating-point dtype.");
   REMAT_CHECK(q.device() == k.device() && q.device() == v.device(),
               "remat::ops::attention: q, k and v must be on one device.");
   REMAT_CHECK(!options.causal() || q.size(2) == k.size(2),

@@ -115,7 +115,7 @@ at::Tensor pair(int64_t first, int64_t second, const at::TensorOptions& options)
 // and their recombination (< 2⁴⁹) do not.
 std::pair<at::Tensor, at::Tensor> mulhilo(const at::Tensor& x, const at::Tensor& m_low, const at::Tensor& m_high) {
   const at::Tensor low = x.mul(m_low);
-  at::Tensor high = x.mul(m_high);  // m·x = high·2¹⁶ + low
+  at::Tensor high = x.mul(m_high);                                              // m·x = high·2¹⁶ + low
   at::Tensor rest = high.bitwise_and(0xFFFF).mul_(int64_t{1} << 16).add_(low);  // m·x = (high >> 16)·2³² + rest
   high.bitwise_right_shift_(16).add_(rest.bitwise_right_shift(32));
   return {high, rest.bitwise_and_(kLow32)};
@@ -202,8 +202,8 @@ at::Tensor apply_dropout_mask(const at::Tensor& x, uint64_t seed, double p) {
 
 at::Tensor dropout(const at::Tensor& x, double p, bool training) {
   REMAT_CHECK(x.defined() && at::isFloatingType(x.scalar_type()),
-              "remat::ops::dropout: takes a floating-point tensor, got ", x.defined() ? toString(x.scalar_type()) : "none",
-              ".");
+              "remat::ops::dropout: takes a floating-point tensor, got ",
+              x.defined() ? toString(x.scalar_type()) : "none", ".");
   detail::keep_threshold(p);  // checks p
   if (!training || p == 0.0) return x;
   return RegeneratedDropout::apply(x, p)[0];

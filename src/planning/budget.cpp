@@ -9,8 +9,9 @@
 namespace remat {
 namespace {
 
-const char* const kBudgetForms = "; write it as bytes (123456 or 123456B), with a unit (800KiB, 512MiB, 1.5GiB) or as "
-                                 "a percentage of the unchecked activation peak (50%).";
+const char* const kBudgetForms =
+    "; write it as bytes (123456 or 123456B), with a unit (800KiB, 512MiB, 1.5GiB) or as "
+    "a percentage of the unchecked activation peak (50%).";
 
 std::string number_text(double value) {
   std::ostringstream os;
@@ -65,8 +66,8 @@ Budget Budget::parse(const std::string& text) {
   } else if (unit == "GiB" || unit == "G") {
     scale = 1024.0 * 1024.0 * 1024.0;
   } else {
-    REMAT_CHECK(false, "budget '", echoed, "' has an unknown unit '", unit.size() > 20 ? unit.substr(0, 17) + "..." : unit,
-                "'", kBudgetForms);
+    REMAT_CHECK(false, "budget '", echoed, "' has an unknown unit '",
+                unit.size() > 20 ? unit.substr(0, 17) + "..." : unit, "'", kBudgetForms);
   }
   const double bytes = value * scale;
   REMAT_CHECK(bytes >= 0 && bytes < 9.0e18, "budget '", echoed, "' is out of range", kBudgetForms);

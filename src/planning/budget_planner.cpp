@@ -152,13 +152,13 @@ PlanResult choose_fastest(Chain& chain, const CostTable& costs, PlanResult plann
     choice.candidates.push_back(std::move(c));
   }
   const MeasuredChoice::Candidate& kept = choice.candidates[choice.chosen];
-  choice.reason = "timed against " + std::to_string(candidates.size()) + " rule" + (candidates.size() == 1 ? "" : "s") +
-                  " of thumb, " + std::to_string(choice.steps) + " interleaved steps each (" +
-                  std::to_string(static_cast<int>(std::lround(choice.seconds))) + " s): " +
-                  (choice.chosen == 0 ? "none that fits measured faster than the planned plan beyond the spread"
-                                      : "'" + kept.name + "' measured faster (" + std::to_string(kept.ratio) +
-                                            " of the planned step, at most " + std::to_string(kept.ratio_high) +
-                                            ") and fits");
+  choice.reason =
+      "timed against " + std::to_string(candidates.size()) + " rule" + (candidates.size() == 1 ? "" : "s") +
+      " of thumb, " + std::to_string(choice.steps) + " interleaved steps each (" +
+      std::to_string(static_cast<int>(std::lround(choice.seconds))) + " s): " +
+      (choice.chosen == 0 ? "none that fits measured faster than the planned plan beyond the spread"
+                          : "'" + kept.name + "' measured faster (" + std::to_string(kept.ratio) +
+                                " of the planned step, at most " + std::to_string(kept.ratio_high) + ") and fits");
   if (choice.chosen > 0) {
     // Verified as plan_verified verifies (a chain without a loss back-propagated from ones, held),
     // which measure_plans' sum does not hold: a peak that passes the budget that way is not kept.
@@ -220,9 +220,8 @@ PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResul
   REMAT_CHECK(options.candidates() >= 0 && options.steps() >= 1 && options.max_series() >= 1 &&
                   options.max_seconds() >= 0 && std::isfinite(options.max_seconds()),
               "choose_by_measurement: candidates must be >= 0, steps and max_series >= 1 and max_seconds finite and ",
-              ">= 0, got ",
-              options.candidates(), ", ", options.steps(), ", ", options.max_series(), " and ", options.max_seconds(),
-              ".");
+              ">= 0, got ", options.candidates(), ", ", options.steps(), ", ", options.max_series(), " and ",
+              options.max_seconds(), ".");
   if (!planned.feasible) return planned;
   MeasuredChoice& choice = planned.measured_choice;
   if (options.when() == ChooseByMeasurement::never) {
@@ -247,22 +246,25 @@ PlanResult choose_by_measurement(Chain& chain, const CostTable& costs, PlanResul
   }
   // Series beyond the first only as far as max_seconds allows, where it decides.
   const double affordable = std::floor(options.max_seconds() / std::max(estimate, 1e-9));
-  const int series = automatic ? static_cast<int>(std::clamp(affordable, 1.0, static_cast<double>(options.max_series())))
-                               : options.max_series();
+  const int series = automatic
+                         ? static_cast<int>(std::clamp(affordable, 1.0, static_cast<double>(options.max_series())))
+                         : options.max_series();
   return choose_fastest(chain, costs, std::move(planned), nearest, sample_input, options.steps(), threads, series);
 }
 
 PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const Budget& budget,
                            const BudgetPlanOptions& options) {
-  const CostTable costs = profile_chain(chain, sample_input, ProfileOptions(options.profile()).mode(options.planner().mode()));
+  const CostTable costs =
+      profile_chain(chain, sample_input, ProfileOptions(options.profile()).mode(options.planner().mode()));
   PlanResult result =
       options.max_replans() < 0
           ? plan_optimal(costs, budget, options.planner())
-          : plan_verified(costs, budget, options.planner(),
-                          [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); },
-                          options.max_replans());
+          : plan_verified(
+                costs, budget, options.planner(),
+                [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); }, options.max_replans());
   result.ensure_feasible();
-  return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(), options.profile().threads());
+  return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(),
+                               options.profile().threads());
 }
 
 }  // namespace remat

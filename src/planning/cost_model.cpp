@@ -27,7 +27,8 @@ const StageOptionCost& StageCost::option(const std::string& wanted) const {
   for (const auto& o : options) {
     if (o.option == wanted) return o;
   }
-  REMAT_CHECK(false, "the cost table has no option '", detail::shortened(wanted), "' for stage '", detail::shortened(name), "'; profile the model again.");
+  REMAT_CHECK(false, "the cost table has no option '", detail::shortened(wanted), "' for stage '",
+              detail::shortened(name), "'; profile the model again.");
   return options.front();
 }
 
@@ -179,15 +180,14 @@ const NumberFields<StageRunCost>& run_fields() {
 }
 
 const NumberFields<StageCost>& stage_fields() {
-  static const NumberFields<StageCost> fields{
-      {{"nograd_seconds", &StageCost::nograd_seconds},
-       {"recompute_extra_seconds", &StageCost::recompute_extra_seconds},
-       {"spread_seconds", &StageCost::spread_seconds}},
-      {{"output_bytes", &StageCost::output_bytes},
-       {"input_grad_bytes", &StageCost::input_grad_bytes},
-       {"parameter_bytes", &StageCost::parameter_bytes},
-       {"nograd_extra_bytes", &StageCost::nograd_extra_bytes}},
-      {"parameter_bytes", "recompute_extra_seconds", "spread_seconds"}};
+  static const NumberFields<StageCost> fields{{{"nograd_seconds", &StageCost::nograd_seconds},
+                                               {"recompute_extra_seconds", &StageCost::recompute_extra_seconds},
+                                               {"spread_seconds", &StageCost::spread_seconds}},
+                                              {{"output_bytes", &StageCost::output_bytes},
+                                               {"input_grad_bytes", &StageCost::input_grad_bytes},
+                                               {"parameter_bytes", &StageCost::parameter_bytes},
+                                               {"nograd_extra_bytes", &StageCost::nograd_extra_bytes}},
+                                              {"parameter_bytes", "recompute_extra_seconds", "spread_seconds"}};
   return fields;
 }
 
@@ -211,7 +211,8 @@ std::string cost_shape_difference(const CostTable& a, const CostTable& b) {
     if (s.name != t.name || s.block != t.block) return where;
     if (s.options.size() != t.options.size()) return where + ".options";
     for (size_t k = 0; k < s.options.size(); ++k) {
-      if (s.options[k].option != t.options[k].option || s.options[k].graph_only.has_value() != t.options[k].graph_only.has_value()) {
+      if (s.options[k].option != t.options[k].option ||
+          s.options[k].graph_only.has_value() != t.options[k].graph_only.has_value()) {
         return where + ".options[" + std::to_string(k) + "]";
       }
     }
@@ -229,8 +230,7 @@ Prediction simulate(const Plan& plan, const CostTable& costs) {
   std::vector<int64_t> parameter_prefix(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k) parameter_prefix[k + 1] = parameter_prefix[k] + costs.stages[k].parameter_bytes;
   Charges charges{std::vector<double>(static_cast<size_t>(n), 0.0), 0};
-  const Simulated s =
-      simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs, parameter_prefix, charges);
+  const Simulated s = simulate_items(plan.items, n - 1, /*in_segment=*/false, plan, costs, parameter_prefix, charges);
   Prediction p;
   p.peak_bytes = s.peak;
   p.step_seconds = s.seconds;
@@ -287,8 +287,8 @@ std::string CostTable::to_json() const {
     write_numbers(s, stage_fields(), stage_json);
     stages_json.push_back(stage_json);
   }
-  nlohmann::json table = {{"format", "remat-costs"}, {"version", 1},      {"granularity", granularity},
-                           {"source", source},      {"threads", threads}, {"stages", stages_json}};
+  nlohmann::json table = {{"format", "remat-costs"}, {"version", 1},       {"granularity", granularity},
+                          {"source", source},        {"threads", threads}, {"stages", stages_json}};
   write_numbers(*this, table_fields(), table);
   return table.dump(2);
 }
@@ -312,7 +312,8 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
     c.name = f.string("name");
     total += read_numbers(f, stage_fields(), c);
     c.block = f.integer_or("block", -1);
-    REMAT_CHECK(c.block >= -1 && c.block <= static_cast<int64_t>(stages.size()), f.where(), ": field 'block' must be -1 ",
+    REMAT_CHECK(c.block >= -1 && c.block <= static_cast<int64_t>(stages.size()), f.where(),
+                ": field 'block' must be -1 ",
                 "(outside any block) or a block index below the number of stages, found ", c.block, ".");
     const nlohmann::json& options = f.array("options");
     for (size_t k = 0; k < options.size(); ++k) {
@@ -351,9 +352,8 @@ std::string CostTable::to_table() const {
                      mib(o.forward_extra_bytes), mib(o.backward_extra_bytes), first ? mib(s.nograd_extra_bytes) : "",
                      ms(o.forward_seconds), ms(o.backward_seconds), first ? ms(s.spread_seconds) : "",
                      first && s.measured_rounds > 0 ? std::to_string(s.measured_rounds) : "",
-                     first ? ms(s.nograd_seconds) : "",
-                     first ? ms(s.recompute_extra_seconds) : "", ms(o.at_segment_end().forward_seconds),
-                     mib(o.at_segment_end().kept_bytes)});
+                     first ? ms(s.nograd_seconds) : "", first ? ms(s.recompute_extra_seconds) : "",
+                     ms(o.at_segment_end().forward_seconds), mib(o.at_segment_end().kept_bytes)});
     }
     total_kept += s.options.front().kept_bytes;
   }
@@ -363,8 +363,8 @@ std::string CostTable::to_table() const {
   table.print(os);
   os << "each checkpointed segment: " << fixed(segment_forward_seconds * 1e6, 1) << " us forward, "
      << fixed(segment_backward_seconds * 1e6, 1) << " us backward by itself (± "
-     << fixed(segment_spread_seconds * 1e6, 1) << " us), "
-     << fixed(static_cast<double>(segment_bytes) / 1024, 1) << " KiB held\n";
+     << fixed(segment_spread_seconds * 1e6, 1) << " us), " << fixed(static_cast<double>(segment_bytes) / 1024, 1)
+     << " KiB held\n";
   os << "total kept with every stage recorded (default options): " << mib(total_kept) << " MiB\n";
   os << "± ms: half-width of a ~95% interval of fwd + bwd within a step; runs: measured runs of the stage; "
         "recomp+: what a recompute for a backward adds to fwd; end fwd, end kept: as the last stage of a recomputed "

@@ -11,8 +11,8 @@ MeasuredComparison compare_measured(const Plan& unchecked, const std::vector<Pla
   std::vector<Plan> plans;
   std::map<std::string, size_t> index;  // by granularity and compact form: each plan measured once
   auto add = [&](const Plan& plan) {
-    const auto [it, added] = index.emplace(plan.granularity + " " + to_string(plan.mode) + " " + plan.to_string(),
-                                           plans.size());
+    const auto [it, added] =
+        index.emplace(plan.granularity + " " + to_string(plan.mode) + " " + plan.to_string(), plans.size());
     if (added) plans.push_back(plan);
     return it->second;
   };
@@ -35,7 +35,8 @@ MeasuredComparison compare_measured(const Plan& unchecked, const std::vector<Pla
   };
   MeasuredComparison comparison;
   comparison.unchecked = as_measured("none", unchecked_index);
-  for (size_t p = 0; p < policies.size(); ++p) comparison.policies.push_back(as_measured(policies[p].name, policy_index[p]));
+  for (size_t p = 0; p < policies.size(); ++p)
+    comparison.policies.push_back(as_measured(policies[p].name, policy_index[p]));
   for (size_t b = 0; b < optimal.size(); ++b) {
     BudgetComparison c;
     c.optimal = optimal[b];

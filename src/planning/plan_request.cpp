@@ -42,9 +42,12 @@ const Budget& PlanRequest::budget() const {
 
 std::string PlanRequest::describe() const {
   switch (kind_) {
-    case Kind::policy: return "policy " + name_;
-    case Kind::plan: return "plan " + name_;
-    case Kind::budget: return "budget " + name_;
+    case Kind::policy:
+      return "policy " + name_;
+    case Kind::plan:
+      return "plan " + name_;
+    case Kind::budget:
+      return "budget " + name_;
   }
   return name_;
 }
@@ -68,10 +71,10 @@ ChosenPlan choose_plan(const PlanRequest& request, const PlanSources& sources) {
                   " needs PlanSources::costs, the chain's cost table.");
       const PlannerOptions& options = request.planner();
       const CostTable costs = sources.costs(ProfileOptions(request.profile()).mode(options.mode()));
-      const PlanResult& planned = chosen.planned.emplace(
-          sources.measure_peak
-              ? plan_verified(costs, request.budget(), options, sources.measure_peak, request.max_replans())
-              : plan_optimal(costs, request.budget(), options));
+      const PlanResult& planned =
+          chosen.planned.emplace(sources.measure_peak ? plan_verified(costs, request.budget(), options,
+                                                                      sources.measure_peak, request.max_replans())
+                                                      : plan_optimal(costs, request.budget(), options));
       planned.ensure_feasible();
       chosen.plan = planned.plan;
       chosen.source = "optimal for budget " + request.name() + " = " + format_bytes(planned.budget_bytes) +
@@ -80,8 +83,8 @@ ChosenPlan choose_plan(const PlanRequest& request, const PlanSources& sources) {
         chosen.source += ", measured " + format_bytes(planned.measured_peak_bytes) +
                          (planned.replans > 0 ? " after " + std::to_string(planned.replans) + " re-plans" : "");
       }
-      chosen.source += ", overhead " +
-                       std::to_string(static_cast<int>(std::lround(100.0 * planned.predicted_overhead()))) + "%";
+      chosen.source +=
+          ", overhead " + std::to_string(static_cast<int>(std::lround(100.0 * planned.predicted_overhead()))) + "%";
       break;
     }
   }

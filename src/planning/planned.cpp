@@ -35,7 +35,8 @@ const PlanResult& PlannedImpl::calibrate(const at::Tensor& sample_input) {
 }
 
 const PlanResult& PlannedImpl::budget_plan() const {
-  REMAT_CHECK(result_.has_value(), "Planned: not calibrated yet; call calibrate(sample) or run a forward in training mode.");
+  REMAT_CHECK(result_.has_value(),
+              "Planned: not calibrated yet; call calibrate(sample) or run a forward in training mode.");
   return *result_;
 }
 

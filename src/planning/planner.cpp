@@ -87,11 +87,11 @@ class OptimalPlanner::Table {
   Plan least_memory_plan_;
   double fill_seconds_ = 0;
   int64_t max_segment_ = 0;
-  int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
-  std::vector<size_t> row_offset_;  // of stage s's ranges, in table rows
+  int64_t min_units_ = -1;                       // the least memory, in units, at which the chain is feasible
+  std::vector<size_t> row_offset_;               // of stage s's ranges, in table rows
   std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
-  std::vector<double> table_;   // least time, +inf when infeasible
-  std::vector<int32_t> choice_; // < options: record with that option; >= options: segment end j
+  std::vector<double> table_;                    // least time, +inf when infeasible
+  std::vector<int32_t> choice_;                  // < options: record with that option; >= options: segment end j
   int32_t max_options_ = 1;
 };
 
@@ -161,7 +161,7 @@ double OptimalPlanner::Table::cost(int64_t s, int64_t t, int64_t m) const {
 }
 
 OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
-                               bool refine_least)
+                             bool refine_least)
     : costs_(std::move(costs)), options_(options) {
   const auto start = std::chrono::steady_clock::now();
   n_ = static_cast<int64_t>(costs_.stages.size());
@@ -220,9 +220,9 @@ void OptimalPlanner::Table::fill_table(const std::vector<UnitStage>& stages, int
       for (size_t o = 0; o < first.options.size(); ++o) {
         const auto& opt = segment_end ? first.end_options[o] : first.options[o];
         const double seconds = opt.seconds + recompute_extra;
-        const int64_t lowest = std::max(grad_t + opt.kept + opt.forward_extra,
-                                        first.x + opt.kept + first.input_grad + opt.backward_extra +
-                                            held_in_segment_units(s + 1, t));
+        const int64_t lowest =
+            std::max(grad_t + opt.kept + opt.forward_extra,
+                     first.x + opt.kept + first.input_grad + opt.backward_extra + held_in_segment_units(s + 1, t));
         if (s == t) {
           for (int64_t m = lowest; m <= slots_; ++m) {
             if (seconds < row[m]) {
@@ -249,7 +249,8 @@ void OptimalPlanner::Table::fill_table(const std::vector<UnitStage>& stages, int
       for (int64_t j = s + 1; j <= std::min(t, s + max_segment_); ++j) {
         const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
         const int64_t held_input = k == s ? 0 : stages[k - 1].x;
-        forward_peak = std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
+        forward_peak =
+            std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
         forward_seconds += stages[k].nograd_seconds;
         const int64_t x = stages[k].x;
         const int64_t held_in_backward = 2 * segment_units + held_in_segment_units(j, t);
@@ -373,7 +374,8 @@ PlanResult OptimalPlanner::Table::plan(int64_t budget_bytes) const {
     result.plan = least_memory_plan_;
     result.prediction = simulate(least_memory_plan_, costs_);
   }
-  result.solve_seconds = fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.solve_seconds =
+      fill_seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }
 
@@ -390,10 +392,14 @@ double OptimalPlanner::fill_seconds() const { return table_->fill_seconds_; }
 
 std::string to_string(PlannerKind kind) {
   switch (kind) {
-    case PlannerKind::optimal: return "optimal";
-    case PlannerKind::revolve: return "revolve";
-    case PlannerKind::chen: return "chen";
-    case PlannerKind::policy: return "policy";
+    case PlannerKind::optimal:
+      return "optimal";
+    case PlannerKind::revolve:
+      return "revolve";
+    case PlannerKind::chen:
+      return "chen";
+    case PlannerKind::policy:
+      return "policy";
   }
   return "unknown";
 }
@@ -490,7 +496,8 @@ StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_b
 }
 
 // A classic planner's result before it plans: its kind, the unchecked prediction and the budget.
-PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options, const Budget& budget) {
+PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options,
+                          const Budget& budget) {
   PlanResult result;
   result.planner = kind;
   result.name = to_string(kind);
@@ -644,7 +651,8 @@ std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& b
 std::vector<PlanResult> compare_planners(const CostTable& costs, const Chain& chain, const Budget& budget,
                                          const PlannerOptions& options) {
   return compare_planners(
-      costs, budget, generic_policy_candidates(), [&chain](const std::string& policy) { return policy_plan(policy, chain); },
+      costs, budget, generic_policy_candidates(),
+      [&chain](const std::string& policy) { return policy_plan(policy, chain); },
       [&costs](const Plan& plan) { return simulate(plan, costs); }, options);
 }
 

@@ -32,9 +32,7 @@ double seconds_since(Clock::time_point start, c10::Device device) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-int64_t storage_bytes(const at::Tensor& t) {
-  return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
-}
+int64_t storage_bytes(const at::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.storage().nbytes()) : 0; }
 
 at::Tensor stage_input(const at::Tensor& activation, bool first) {
   at::Tensor x = activation.detach();
@@ -111,9 +109,8 @@ Region measure_region(c10::Device device, Body&& body) {
 // seconds and the bytes it needs beyond its output.
 std::pair<double, int64_t> segment_forward(Chain& chain, int64_t i, const at::Tensor& x, c10::Device device) {
   at::Tensor y;
-  const Region region = measure_region(device, [&] {
-    run_without_saving([&] { y = chain.forward_stage(i, x, chain.stages()[i].options.front()); });
-  });
+  const Region region = measure_region(
+      device, [&] { run_without_saving([&] { y = chain.forward_stage(i, x, chain.stages()[i].options.front()); }); });
   return {region.seconds, region.peak_above_start() - storage_bytes(y)};
 }
 
@@ -167,8 +164,7 @@ void sample_recorded_run(Chain& chain, int64_t i, const at::Tensor& x, const std
   samples.backward[o][kind].push_back(backward.seconds);
   rc.kept_bytes = std::max(rc.kept_bytes, forward.held());
   rc.forward_extra_bytes = std::max(rc.forward_extra_bytes, forward.transient());
-  rc.backward_extra_bytes =
-      std::max(rc.backward_extra_bytes, backward.peak_above_start() - input_grad - output_grad);
+  rc.backward_extra_bytes = std::max(rc.backward_extra_bytes, backward.peak_above_start() - input_grad - output_grad);
   if (!graph_only) {
     cost.output_bytes = storage_bytes(y);
     cost.input_grad_bytes = input_grad;
@@ -274,7 +270,8 @@ struct ItemTimes {
   std::vector<double> forward, backward;
 };
 
-ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const at::Tensor& input, c10::Device device) {
+ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const at::Tensor& input,
+                    c10::Device device) {
   const size_t n = plan->items.size();
   ItemTimes times{std::vector<double>(n), std::vector<double>(n)};
   std::vector<Clock::time_point> arrived(n);
@@ -495,7 +492,8 @@ void scale_to_step_times(Chain& chain, const at::Tensor& input, const ProfileOpt
     StageCost& stage = table.stages[i];
     const StageOptionCost& measured_default = stage.options.front();
     auto ratio = [](double step, double alone) { return alone > 0 ? step / alone : 1.0; };
-    const double forward_ratio = ratio(pooled_median(rounds.plain, &ItemTimes::forward, twins[i]), measured_default.forward_seconds);
+    const double forward_ratio =
+        ratio(pooled_median(rounds.plain, &ItemTimes::forward, twins[i]), measured_default.forward_seconds);
     const double backward_ratio =
         ratio(pooled_median(rounds.plain, &ItemTimes::backward, twins[i]), measured_default.backward_seconds);
     // The stage's spread: its runs alone, scaled as its times are, and its in-step rounds (the

@@ -60,7 +60,8 @@ CostTable interpolate_tables(const std::vector<const CostTable*>& tables, const 
 
 // Every time of `table` multiplied by `factor`.
 void scale_seconds(CostTable& table, double factor) {
-  detail::for_each_cost_number(table, [factor](double& seconds) { seconds *= factor; }, [](int64_t&) {});
+  detail::for_each_cost_number(
+      table, [factor](double& seconds) { seconds *= factor; }, [](int64_t&) {});
 }
 
 std::vector<int64_t> divisors(int64_t n) {
@@ -108,8 +109,8 @@ InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, Cost
     const CostTable& actual = sorted[i].second;
     const CostTable predicted = interpolate_costs(others, sorted[i].first);
     const Prediction a = simulate(actual.plain_plan(), actual), p = simulate(predicted.plain_plan(), predicted);
-    const double peak_error = std::abs(static_cast<double>(p.peak_bytes - a.peak_bytes)) /
-                              std::max(1.0, static_cast<double>(a.peak_bytes));
+    const double peak_error =
+        std::abs(static_cast<double>(p.peak_bytes - a.peak_bytes)) / std::max(1.0, static_cast<double>(a.peak_bytes));
     const double step_error = a.step_seconds > 0 ? std::abs(p.step_seconds - a.step_seconds) / a.step_seconds : 0.0;
     if (std::max(peak_error, step_error) >= std::max(check.peak_error, check.step_error)) {
       check.worst_batch = sorted[i].first;
@@ -122,9 +123,11 @@ InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, Cost
 
 ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_batch, const Budget& budget,
                                  const ThroughputOptions& options) {
-  REMAT_CHECK(static_cast<bool>(costs_at), "plan_throughput: give the chain's costs at a batch size (profile_batches).");
+  REMAT_CHECK(static_cast<bool>(costs_at),
+              "plan_throughput: give the chain's costs at a batch size (profile_batches).");
   REMAT_CHECK(global_batch >= 1, "plan_throughput: the global batch must be at least 1, got ", global_batch, ".");
-  std::vector<int64_t> micro_batches = options.micro_batches().empty() ? divisors(global_batch) : options.micro_batches();
+  std::vector<int64_t> micro_batches =
+      options.micro_batches().empty() ? divisors(global_batch) : options.micro_batches();
   std::sort(micro_batches.begin(), micro_batches.end());
   micro_batches.erase(std::unique(micro_batches.begin(), micro_batches.end()), micro_batches.end());
   for (const int64_t m : micro_batches) {
@@ -155,7 +158,8 @@ ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_ba
     const size_t index = choice.frontier.size();
     // Ties go to the larger micro-batch: fewer optimizer-free steps, the same samples.
     if (c.predicted_samples_per_second > 0 &&
-        (!choice.best || c.predicted_samples_per_second >= choice.frontier[*choice.best].predicted_samples_per_second)) {
+        (!choice.best ||
+         c.predicted_samples_per_second >= choice.frontier[*choice.best].predicted_samples_per_second)) {
       choice.best = index;
     }
     if (c.unchecked_fits) choice.largest_unchecked = index;
@@ -227,7 +231,8 @@ std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice,
 
 ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
                                 const std::vector<int64_t>& batches, const ProfileOptions& options) {
-  REMAT_CHECK(static_cast<bool>(sample_of_batch), "profile_batches: give a function from a batch size to a sample input.");
+  REMAT_CHECK(static_cast<bool>(sample_of_batch),
+              "profile_batches: give a function from a batch size to a sample input.");
   REMAT_CHECK(!batches.empty(), "profile_batches: give at least one batch size.");
   ProfiledBatches profiled;
   for (const int64_t b : batches) {
@@ -240,7 +245,8 @@ ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int
 
 void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
                       ProfiledBatches& profiled, const ProfileOptions& options) {
-  REMAT_CHECK(static_cast<bool>(sample_of_batch), "align_step_times: give a function from a batch size to a sample input.");
+  REMAT_CHECK(static_cast<bool>(sample_of_batch),
+              "align_step_times: give a function from a batch size to a sample input.");
   profiled.time_scales.assign(profiled.tables.size(), 1.0);
   if (profiled.tables.size() < 2) return;
   std::vector<PlanRun> runs;
@@ -273,7 +279,8 @@ std::vector<int64_t> default_profile_batches(int64_t global_batch) {
   const double middle = std::sqrt(static_cast<double>(global_batch));
   int64_t nearest = 1;
   for (const int64_t d : divisors(global_batch)) {
-    if (std::abs(std::log(static_cast<double>(d) / middle)) < std::abs(std::log(static_cast<double>(nearest) / middle))) {
+    if (std::abs(std::log(static_cast<double>(d) / middle)) <
+        std::abs(std::log(static_cast<double>(nearest) / middle))) {
       nearest = d;
     }
   }

@@ -36,9 +36,12 @@ inline ::testing::AssertionResult bitwise_equal(const at::Tensor& a, const at::T
 inline at::Tensor bits_of(const at::Tensor& t) {
   const at::Tensor c = t.contiguous();
   switch (c.element_size()) {
-    case 2: return c.view(torch::kShort);
-    case 4: return c.view(torch::kInt);
-    default: return c.view(torch::kLong);
+    case 2:
+      return c.view(torch::kShort);
+    case 4:
+      return c.view(torch::kInt);
+    default:
+      return c.view(torch::kLong);
   }
 }
 
@@ -77,8 +80,8 @@ inline std::string error_of(const std::function<void()>& f) {
 }  // namespace remat::testing
 
 /// Expects `statement` to throw a c10::Error whose message contains `fragment`.
-#define REMAT_EXPECT_ERROR(statement, fragment)                                      \
-  do {                                                                              \
-    const std::string message_ = remat::testing::error_of([&] { statement; });      \
-    EXPECT_NE(message_.find(fragment), std::string::npos) << message_;             \
+#define REMAT_EXPECT_ERROR(statement, fragment)                                \
+  do {                                                                         \
+    const std::string message_ = remat::testing::error_of([&] { statement; }); \
+    EXPECT_NE(message_.find(fragment), std::string::npos) << message_;         \
   } while (0)

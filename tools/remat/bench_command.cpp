@@ -86,7 +86,8 @@ BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Stra
   const bool none_listed = none_it != strategies.end();
   BenchMeasurements measured;
   measured.none_index = none_listed ? static_cast<size_t>(none_it - strategies.begin()) : plans.size();
-  if (!none_listed) plans.push_back(Plan::plain(models::GptChainShape(options.model.layers(), models::GptGranularity::block)));
+  if (!none_listed)
+    plans.push_back(Plan::plain(models::GptChainShape(options.model.layers(), models::GptGranularity::block)));
 
   std::cerr << "measuring " << plans.size() << " strategies: one warm-up round, then " << flags.steps
             << " interleaved rounds (" << model_title(options) << ")\n";
@@ -117,18 +118,29 @@ std::vector<ParetoPoint> pareto_points(const std::vector<Strategy>& strategies, 
 
 // One row per strategy, rendered to the terminal, CSV, JSON and Markdown.
 Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
-  Table rows({{"strategy", "strategy"}, Column::data("kind"), Column::data("budget"), Column::data("budget_bytes"),
-              Column::data("plan"), Column::data("granularity"), {"activation_peak_bytes", "activation peak"},
-              {"saved_fraction", "saved"}, {"median_step_seconds", "median step"}, {"overhead_fraction", "overhead"}, {"predicted_peak_bytes", "predicted peak"},
-              {"peak_error_fraction", "peak error"}, {"predicted_overhead_fraction", "predicted overhead"},
-              Column::data("within_budget"), {"on_pareto_frontier", "Pareto"}});
+  Table rows({{"strategy", "strategy"},
+              Column::data("kind"),
+              Column::data("budget"),
+              Column::data("budget_bytes"),
+              Column::data("plan"),
+              Column::data("granularity"),
+              {"activation_peak_bytes", "activation peak"},
+              {"saved_fraction", "saved"},
+              {"median_step_seconds", "median step"},
+              {"overhead_fraction", "overhead"},
+              {"predicted_peak_bytes", "predicted peak"},
+              {"peak_error_fraction", "peak error"},
+              {"predicted_overhead_fraction", "predicted overhead"},
+              Column::data("within_budget"),
+              {"on_pareto_frontier", "Pareto"}});
   const PlanMeasurement& none = r.measured.none();
   const Prediction predicted_none = costs.unchecked();
   const nlohmann::json none_value;
   for (size_t i = 0; i < r.strategies.size(); ++i) {
     const Strategy& s = r.strategies[i];
     const PlanMeasurement& m = r.measured.plans[i];
-    const double saved = 1.0 - static_cast<double>(m.activation_peak_bytes) / static_cast<double>(none.activation_peak_bytes);
+    const double saved =
+        1.0 - static_cast<double>(m.activation_peak_bytes) / static_cast<double>(none.activation_peak_bytes);
     const double overhead = paired_time_ratio(m, none) - 1.0;  // per round: drift cancels
     const bool over = s.planner && m.activation_peak_bytes > s.budget_bytes;
     Cell predicted_peak("-", none_value), peak_error("-", none_value), predicted_overhead("-", none_value);
@@ -140,12 +152,14 @@ Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
       peak_error = Cell(percent(error), error);
       predicted_overhead = Cell(percent(fraction), fraction);
     }
-    rows.add_row({s.name, s.planner ? "planner" : "policy", Cell(s.budget_text, s.planner ? nlohmann::json(s.budget_text) : none_value),
-                  Cell("", s.planner ? nlohmann::json(s.budget_bytes) : none_value), s.plan.to_string(), s.plan.granularity,
+    rows.add_row({s.name, s.planner ? "planner" : "policy",
+                  Cell(s.budget_text, s.planner ? nlohmann::json(s.budget_text) : none_value),
+                  Cell("", s.planner ? nlohmann::json(s.budget_bytes) : none_value), s.plan.to_string(),
+                  s.plan.granularity,
                   Cell(format_bytes(m.activation_peak_bytes) + (over ? " OVER" : ""), m.activation_peak_bytes),
                   Cell(fixed(100.0 * saved, 1) + "%", saved), Cell(format_seconds(m.step_seconds), m.step_seconds),
-                  Cell(percent(overhead), overhead), predicted_peak, peak_error,
-                  predicted_overhead, Cell("", s.planner ? nlohmann::json(!over) : none_value),
+                  Cell(percent(overhead), overhead), predicted_peak, peak_error, predicted_overhead,
+                  Cell("", s.planner ? nlohmann::json(!over) : none_value),
                   Cell(r.points[i].on_frontier ? "*" : "", r.points[i].on_frontier)});
   }
   return rows;
@@ -239,7 +253,8 @@ void run_bench(BenchFlags& flags) {
   const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
   const ModelCosts costs = strategy_costs(flags);
   BenchResults r;
-  r.strategies = make_strategies(&costs, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
+  r.strategies =
+      make_strategies(&costs, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   r.threads = set_cpu_threads(options.threads).to_string();
@@ -248,7 +263,8 @@ void run_bench(BenchFlags& flags) {
   r.measured = measure_strategies(sample, r.strategies, flags);
   r.points = pareto_points(r.strategies, r.measured);
   r.rows = strategy_rows(r, costs);
-  human << "\n" << r.title << "; median of " << flags.steps
+  human << "\n"
+        << r.title << "; median of " << flags.steps
         << " interleaved steps (overheads paired per round), exact activation bytes\n";
   r.rows.print(human);
   human << "(* on the Pareto frontier: no other strategy is both smaller and faster)\n";
@@ -275,11 +291,15 @@ void add_bench_command(CLI::App& app) {
   flags->policies.push_back("block,skip-ends");
   flags->budgets = {"30%", "50%", "70%"};
   flags->out_dir = "remat-bench";
-  CLI::App* bench = app.add_subcommand(
-      "bench", "Measure every policy and the planner at budgets, interleaved: table, CSV, JSON, Pareto plot, memory timeline, report");
+  CLI::App* bench = app.add_subcommand("bench",
+                                       "Measure every policy and the planner at budgets, interleaved: table, CSV, "
+                                       "JSON, Pareto plot, memory timeline, report");
   add_strategy_flags(*bench, *flags, "Also run the optimal plan for each of these activation budgets ('' for none)");
-  add_measure_steps_option(*bench, flags->steps, "Measured rounds after one warm-up round (each strategy one step per round)");
-  bench->add_option("--trace", flags->trace, "Strategies whose memory timeline to plot (default: none, block, the middle budget's optimal plan)")
+  add_measure_steps_option(*bench, flags->steps,
+                           "Measured rounds after one warm-up round (each strategy one step per round)");
+  bench
+      ->add_option("--trace", flags->trace,
+                   "Strategies whose memory timeline to plot (default: none, block, the middle budget's optimal plan)")
       ->group("Output");
   bench->add_flag("--no-trace", flags->no_trace, "Skip the memory timeline")->group("Output");
   bench->callback([flags, bench] {

@@ -50,8 +50,8 @@ void run_demo(DemoFlags& flags) {
     int64_t steps;
     int threads;
     uint64_t seed;
-  } o{m.layers(), m.hidden(), flags.model.options.batch, m.sequence(), m.dropout(), flags.measure_steps,
-      flags.model.options.threads, flags.model.options.seed};
+  } o{m.layers(),  m.hidden(),          flags.model.options.batch,   m.sequence(),
+      m.dropout(), flags.measure_steps, flags.model.options.threads, flags.model.options.seed};
   REMAT_CHECK(o.layers >= 1 && o.layers <= 1024, "--layers must be in [1, 1024], got ", o.layers, ".");
   REMAT_CHECK(o.channels >= 1 && o.channels <= 65536, "--hidden must be in [1, 65536], got ", o.channels, ".");
   REMAT_CHECK(o.batch >= 1 && o.batch <= 65536, "--batch must be in [1, 65536], got ", o.batch, ".");
@@ -70,16 +70,23 @@ void run_demo(DemoFlags& flags) {
 
   std::vector<Strategy> strategies = {
       {"none", [&](const at::Tensor& in) { return stack->forward(in, models::StackMode::plain); }, {}, {}},
-      {"every layer", [&](const at::Tensor& in) { return stack->forward(in, models::StackMode::checkpoint_each_layer); }, {}, {}},
+      {"every layer",
+       [&](const at::Tensor& in) { return stack->forward(in, models::StackMode::checkpoint_each_layer); },
+       {},
+       {}},
       {"sequential:" + std::to_string(sqrt_segments),
-       [&](const at::Tensor& in) { return checkpoint_sequential(sequential, sqrt_segments, in); }, {}, {}},
-      {"nested pairs", [&](const at::Tensor& in) { return stack->forward(in, models::StackMode::checkpoint_pairs_nested); }, {}, {}},
+       [&](const at::Tensor& in) { return checkpoint_sequential(sequential, sqrt_segments, in); },
+       {},
+       {}},
+      {"nested pairs",
+       [&](const at::Tensor& in) { return stack->forward(in, models::StackMode::checkpoint_pairs_nested); },
+       {},
+       {}},
   };
 
-  out << "remat demo: " << o.layers << " residual layers (LayerNorm, Linear " << o.channels << "->"
-            << 4 * o.channels << ", GELU, Linear, dropout " << o.dropout << "), input " << o.batch << "x"
-            << o.tokens << "x" << o.channels << " fp32, " << threads << ", " << o.steps
-            << " measured steps per strategy after one warm-up, interleaved\n";
+  out << "remat demo: " << o.layers << " residual layers (LayerNorm, Linear " << o.channels << "->" << 4 * o.channels
+      << ", GELU, Linear, dropout " << o.dropout << "), input " << o.batch << "x" << o.tokens << "x" << o.channels
+      << " fp32, " << threads << ", " << o.steps << " measured steps per strategy after one warm-up, interleaved\n";
   const at::Tensor input = x.clone().requires_grad_(true);
   {
     Progress progress("round", o.steps + 1, o.steps + 1);
@@ -97,25 +104,31 @@ void run_demo(DemoFlags& flags) {
   const auto& none = strategies.front();
   PlanMeasurement none_steps;
   none_steps.all_step_seconds = none.step_seconds;
-  Table table({{"strategy", "strategy"}, {"held_after_forward_bytes", "held after forward"},
-               {"activation_peak_bytes", "activation peak"}, {"peak_saved_fraction", "peak saved"},
-               {"median_step_seconds", "step s (median)"}, {"step_time_ratio", "time vs none"}});
+  Table table({{"strategy", "strategy"},
+               {"held_after_forward_bytes", "held after forward"},
+               {"activation_peak_bytes", "activation peak"},
+               {"peak_saved_fraction", "peak saved"},
+               {"median_step_seconds", "step s (median)"},
+               {"step_time_ratio", "time vs none"}});
   for (const auto& s : strategies) {
     const double saved = 1.0 - static_cast<double>(s.last.activation_peak_bytes()) /
                                    static_cast<double>(none.last.activation_peak_bytes());
     PlanMeasurement steps;
     steps.all_step_seconds = s.step_seconds;
     const double ratio = paired_time_ratio(steps, none_steps);  // per round: drift cancels
-    table.add_row({s.name,
-                   {format_bytes(s.last.activation_bytes_at_end_of_forward()), s.last.activation_bytes_at_end_of_forward()},
-                   {format_bytes(s.last.activation_peak_bytes()), s.last.activation_peak_bytes()},
-                   {fixed(100.0 * saved, 1) + "%", saved}, {fixed(median(s.step_seconds), 3), median(s.step_seconds)},
-                   {fixed(ratio, 2) + "x", ratio}});
+    table.add_row(
+        {s.name,
+         {format_bytes(s.last.activation_bytes_at_end_of_forward()), s.last.activation_bytes_at_end_of_forward()},
+         {format_bytes(s.last.activation_peak_bytes()), s.last.activation_peak_bytes()},
+         {fixed(100.0 * saved, 1) + "%", saved},
+         {fixed(median(s.step_seconds), 3), median(s.step_seconds)},
+         {fixed(ratio, 2) + "x", ratio}});
   }
   table.print(out);
-  if (flags.json) std::cout << nlohmann::json{{"strategies", table.json()}, {"measured_steps", o.steps}}.dump(2) << "\n";
+  if (flags.json)
+    std::cout << nlohmann::json{{"strategies", table.json()}, {"measured_steps", o.steps}}.dump(2) << "\n";
   out << "Activation figures are exact bytes from the tracking allocator, relative to what was held before the "
-               "forward.\n";
+         "forward.\n";
 }
 
 }  // namespace
@@ -125,7 +138,8 @@ void add_demo_command(CLI::App& app) {
   CLI::App* demo = app.add_subcommand("demo", "Show the memory checkpointing saves on a stack of residual layers");
   flags->model.add_to(*demo, ModelUse::stack);
   auto& o = flags->model.options;
-  add_measure_steps_option(*demo, flags->measure_steps, "Measured rounds after one warm-up (each strategy one step per round)");
+  add_measure_steps_option(*demo, flags->measure_steps,
+                           "Measured rounds after one warm-up (each strategy one step per round)");
   add_json_flag(*demo, flags->json);
   demo->callback([flags] { run_demo(*flags); });
 }

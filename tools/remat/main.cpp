@@ -24,15 +24,27 @@ namespace {
 // set flags, so their messages name those instead: the fields are the error's data (FieldError).
 std::string flag_of(const std::string& field) {
   static const std::map<std::string, std::string> flags = {
-      {"GptConfig::layers", "--layers"}, {"GptConfig::hidden", "--hidden"}, {"GptConfig::heads", "--heads"},
-      {"GptConfig::sequence", "--seq"}, {"GptConfig::dropout", "--dropout"}, {"GptConfig::vocabulary", "--vocab"}, {"TrainOptions::batch", "--batch"},
-      {"batch", "--batch"}, {"TrainOptions::lr", "--lr"}, {"TrainOptions::warmup_steps", "--warmup"},
-      {"TrainOptions::steps", "--steps"}, {"TrainOptions::threads", "--threads"},
-      {"TrainOptions::data_file", "--data"}, {"PlanRequest::of_budget", "--budget"},
+      {"GptConfig::layers", "--layers"},
+      {"GptConfig::hidden", "--hidden"},
+      {"GptConfig::heads", "--heads"},
+      {"GptConfig::sequence", "--seq"},
+      {"GptConfig::dropout", "--dropout"},
+      {"GptConfig::vocabulary", "--vocab"},
+      {"TrainOptions::batch", "--batch"},
+      {"batch", "--batch"},
+      {"TrainOptions::lr", "--lr"},
+      {"TrainOptions::warmup_steps", "--warmup"},
+      {"TrainOptions::steps", "--steps"},
+      {"TrainOptions::threads", "--threads"},
+      {"TrainOptions::data_file", "--data"},
+      {"PlanRequest::of_budget", "--budget"},
       {"TrainOptions::resume_dir", "--resume"},
-      {"TrainOptions::save_dir", "--save-state"}, {"TrainOptions::save_every", "--save-every"},
-      {"TrainOptions::keep_last", "--keep-last"}, {"ProfileOptions::repeats", "--repeats"},
-      {"TrainOptions::micro_batch", "--micro-batch"}, {"TrainOptions::maximize_throughput", "--maximize throughput"}};
+      {"TrainOptions::save_dir", "--save-state"},
+      {"TrainOptions::save_every", "--save-every"},
+      {"TrainOptions::keep_last", "--keep-last"},
+      {"ProfileOptions::repeats", "--repeats"},
+      {"TrainOptions::micro_batch", "--micro-batch"},
+      {"TrainOptions::maximize_throughput", "--maximize throughput"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;
 }
@@ -53,7 +65,9 @@ std::string for_terminal(const std::string& message) {
       const auto c = static_cast<unsigned char>(message[k]);
       if (c < 0x20 || c == 0x7f) {
         static const char* hex = "0123456789abcdef";
-        out += c == '\r' ? std::string("\\r") : c == '\t' ? std::string("\\t") : std::string("\\x") + hex[c >> 4] + hex[c & 15];
+        out += c == '\r'   ? std::string("\\r")
+               : c == '\t' ? std::string("\\t")
+                           : std::string("\\x") + hex[c >> 4] + hex[c & 15];
       } else {
         out += static_cast<char>(c);
       }

@@ -3,7 +3,6 @@
 #include <cerrno>
 #include <cstdlib>
 
-
 #include "remat/base/error.h"
 #include "remat/train/presets.h"
 
@@ -18,29 +17,39 @@ void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string
     if (use == ModelUse::estimate || p.runnable) preset_help += "\n  " + p.name + ": " + p.description;
   }
   command.add_option("--preset", preset, preset_help)->group("Model");
-  command.add_option("--layers", m.layers(), "Transformer blocks (residual layers for demo)")->capture_default_str()->group("Model");
+  command.add_option("--layers", m.layers(), "Transformer blocks (residual layers for demo)")
+      ->capture_default_str()
+      ->group("Model");
   command.add_option("--hidden", m.hidden(), "Hidden size: channels per token")->capture_default_str()->group("Model");
   if (use != ModelUse::stack) {
-    command.add_option("--heads", m.heads(), "Attention heads (must divide --hidden)")->capture_default_str()->group("Model");
+    command.add_option("--heads", m.heads(), "Attention heads (must divide --hidden)")
+        ->capture_default_str()
+        ->group("Model");
   }
-  command.add_option("--seq", m.sequence(), "Sequence length, tokens (bytes of text)")->capture_default_str()->group("Model");
+  command.add_option("--seq", m.sequence(), "Sequence length, tokens (bytes of text)")
+      ->capture_default_str()
+      ->group("Model");
   command.add_option("--dropout", m.dropout(), "Dropout probability, 0 to 1")->capture_default_str()->group("Model");
   command.add_option("--batch", options.batch, "Sequences per step")->capture_default_str()->group("Model");
   if (use == ModelUse::estimate) {
     command.add_option("--vocab", m.vocabulary(), "Vocabulary size, tokens")->capture_default_str()->group("Model");
     command.add_option("--dtype", dtype, "Activation dtype: fp32, bf16 or fp16")
-        ->capture_default_str()->check(CLI::IsMember({"fp32", "bf16", "fp16"}))->group("Model");
+        ->capture_default_str()
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+        ->group("Model");
     return;
   }
   command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, remat/base/threads.h)")
-      ->capture_default_str()->group("Machine");
+      ->capture_default_str()
+      ->group("Machine");
   command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")
       ->capture_default_str()
       ->check(whole_number_from(0, ~0ULL).description("SEED"))
       ->group("Machine");
   if (use == ModelUse::run) {
-    command.add_option("--data", options.data_file,
-                       data_help.empty() ? "Text file to take batches from, instead of the fortunes corpus" : data_help)
+    command
+        .add_option("--data", options.data_file,
+                    data_help.empty() ? "Text file to take batches from, instead of the fortunes corpus" : data_help)
         ->group("Model");
   }
 }
@@ -100,10 +109,13 @@ void ModelFlags::apply_preset() {
 
 CLI::Option* add_budget_option(CLI::App& command, std::vector<std::string>& budgets, const std::string& help,
                                bool empty_means_none) {
-  CLI::Option* option = command.add_option("--budget", budgets,
-                                           help + " (bytes, KiB/MiB/GiB or % of the unchecked activation peak; "
-                                                  "several: comma-separated or repeated)")
-                            ->delimiter(',')->group("Planning");
+  CLI::Option* option = command
+                            .add_option("--budget", budgets,
+                                        help +
+                                            " (bytes, KiB/MiB/GiB or % of the unchecked activation peak; "
+                                            "several: comma-separated or repeated)")
+                            ->delimiter(',')
+                            ->group("Planning");
   if (!empty_means_none) {
     option->check(CLI::Validator(
         [](std::string& text) {
@@ -136,23 +148,33 @@ CLI::Option* add_checkpoint_mode_option(CLI::App& command, CheckpointMode& mode,
   return checkpoint_mode_option(command.add_option("--checkpoint-mode", mode, help), to_string(mode));
 }
 
-CLI::Option* add_checkpoint_mode_option(CLI::App& command, std::vector<CheckpointMode>& modes, const std::string& help) {
+CLI::Option* add_checkpoint_mode_option(CLI::App& command, std::vector<CheckpointMode>& modes,
+                                        const std::string& help) {
   std::string defaults;
   for (const auto mode : modes) defaults += (defaults.empty() ? "" : ",") + std::string(to_string(mode));
   return checkpoint_mode_option(command.add_option("--checkpoint-mode", modes, help), defaults)->delimiter(',');
 }
 
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help) {
-  return command.add_option("--measure-steps", steps, help)->capture_default_str()->check(CLI::Range(1, 1000))->group("Measurement");
+  return command.add_option("--measure-steps", steps, help)
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000))
+      ->group("Measurement");
 }
 
 void add_profile_options(CLI::App& command, std::string& profile_file, int& repeats, int64_t& slots) {
-  command.add_option("--profile", profile_file, "Plan from this profile (`remat profile --save-profile`) instead of profiling")
+  command
+      .add_option("--profile", profile_file,
+                  "Plan from this profile (`remat profile --save-profile`) instead of profiling")
       ->group("Planning");
   command.add_option("--repeats", repeats, "Profiling runs per stage (the median is kept)")
-      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100))
+      ->group("Planning");
   command.add_option("--slots", slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
-      ->capture_default_str()->check(CLI::Range(1, 100000))->group("Planning");
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000))
+      ->group("Planning");
 }
 
 CLI::Option* add_json_flag(CLI::App& command, bool& json) {

@@ -96,10 +96,13 @@ std::vector<BudgetPlans> plan_budgets(const ModelCosts& costs, const std::vector
     measure = models::gpt_measure_peak(sample.model, sample.tokens, sample.targets);
   }
   for (const auto& text : budgets) {
-    const PlanRequest request = PlanRequest::of_budget(Budget::parse(text))
-                                    .planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots));
+    const PlanRequest request =
+        PlanRequest::of_budget(Budget::parse(text))
+            .planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots));
     BudgetPlans r{text, {}, {}};
-    r.optimal = *models::gpt_choose_plan(request, costs.layers(), [&costs](const ProfileOptions&) { return costs; }, measure).planned;
+    r.optimal = *models::gpt_choose_plan(
+                     request, costs.layers(), [&costs](const ProfileOptions&) { return costs; }, measure)
+                     .planned;
     r.others = models::gpt_compare_planners(costs, Budget::bytes(r.optimal.budget_bytes), request.planner());
     results.push_back(std::move(r));
   }
@@ -109,44 +112,48 @@ std::vector<BudgetPlans> plan_budgets(const ModelCosts& costs, const std::vector
 // Prints the budget's optimal plan beside every other planner and policy; returns the budget's JSON.
 nlohmann::json print_budget_result(const BudgetPlans& r, std::ostream& out) {
   out << "\nbudget " << r.text << " = " << format_bytes(r.optimal.budget_bytes) << " (least feasible "
-      << format_bytes(r.optimal.least_feasible_budget_bytes) << "; planned in " << fixed(r.optimal.solve_seconds * 1e3, 1)
-      << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
+      << format_bytes(r.optimal.least_feasible_budget_bytes) << "; planned in "
+      << fixed(r.optimal.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
       << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
-      << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead "
-      << percent(r.optimal.predicted_overhead()) << " ± "
-      << percent(r.optimal.predicted_overhead_spread()) << "\n";
+      << fixed(r.optimal.prediction.step_seconds, 3) << " s, overhead " << percent(r.optimal.predicted_overhead())
+      << " ± " << percent(r.optimal.predicted_overhead_spread()) << "\n";
   if (!r.optimal.timed_under.empty()) out << "  timed under " << r.optimal.timed_under << "\n";
   if (r.optimal.measured_peak_bytes >= 0) {
     out << "  measured activation peak " << format_bytes(r.optimal.measured_peak_bytes) << " (one step"
-        << (r.optimal.replans > 0 ? ", after " + std::to_string(r.optimal.replans) + " re-plans" : std::string()) << ")\n";
+        << (r.optimal.replans > 0 ? ", after " + std::to_string(r.optimal.replans) + " re-plans" : std::string())
+        << ")\n";
   }
   Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
-  table.add_row({"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes",
-                 percent(r.optimal.predicted_overhead())});
+  table.add_row(
+      {"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes", percent(r.optimal.predicted_overhead())});
   nlohmann::json policies = nlohmann::json::array();
   for (const auto& o : r.others) {
     const bool has_plan = !o.plan.stage_names.empty();
     table.add_row({o.name, has_plan ? format_bytes(o.prediction.peak_bytes) : "-", o.feasible ? "yes" : "no",
                    has_plan ? percent(o.predicted_overhead()) : "-"});
-    policies.push_back({{"name", o.name}, {"fits", o.feasible},
+    policies.push_back({{"name", o.name},
+                        {"fits", o.feasible},
                         {"predicted_peak_bytes", has_plan ? nlohmann::json(o.prediction.peak_bytes) : nlohmann::json()},
                         {"predicted_overhead", has_plan ? nlohmann::json(o.predicted_overhead()) : nlohmann::json()}});
   }
   table.print(out);
-  nlohmann::json result = {{"budget", r.text}, {"budget_bytes", r.optimal.budget_bytes}, {"plan", r.optimal.plan.to_string()},
-                           {"plan_json", nlohmann::json::parse(r.optimal.plan.to_json())},
-                           {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
-                           {"predicted_step_seconds", r.optimal.prediction.step_seconds},
-                           {"predicted_overhead", r.optimal.predicted_overhead()},
-                           {"predicted_overhead_spread", r.optimal.predicted_overhead_spread()},
-                           {"timed_under", r.optimal.timed_under},
-                           {"least_feasible_budget_bytes", r.optimal.least_feasible_budget_bytes},
-                           {"verified_peak_bytes", r.optimal.measured_peak_bytes >= 0
-                                                       ? nlohmann::json(r.optimal.measured_peak_bytes)
-                                                       : nlohmann::json()},
-                           {"replans", r.optimal.replans},
-                           {"unchecked_peak_bytes", r.optimal.unchecked.peak_bytes},
-                           {"solve_seconds", r.optimal.solve_seconds}, {"policies", policies}};
+  nlohmann::json result = {
+      {"budget", r.text},
+      {"budget_bytes", r.optimal.budget_bytes},
+      {"plan", r.optimal.plan.to_string()},
+      {"plan_json", nlohmann::json::parse(r.optimal.plan.to_json())},
+      {"predicted_peak_bytes", r.optimal.prediction.peak_bytes},
+      {"predicted_step_seconds", r.optimal.prediction.step_seconds},
+      {"predicted_overhead", r.optimal.predicted_overhead()},
+      {"predicted_overhead_spread", r.optimal.predicted_overhead_spread()},
+      {"timed_under", r.optimal.timed_under},
+      {"least_feasible_budget_bytes", r.optimal.least_feasible_budget_bytes},
+      {"verified_peak_bytes",
+       r.optimal.measured_peak_bytes >= 0 ? nlohmann::json(r.optimal.measured_peak_bytes) : nlohmann::json()},
+      {"replans", r.optimal.replans},
+      {"unchecked_peak_bytes", r.optimal.unchecked.peak_bytes},
+      {"solve_seconds", r.optimal.solve_seconds},
+      {"policies", policies}};
   return result;
 }
 
@@ -162,13 +169,15 @@ void print_budget_measurements(const MeasuredComparison& c, const std::vector<Bu
     const BudgetPlans& r = results[b];
     const int64_t measured_peak = bc.measured.measured.activation_peak_bytes;
     const std::string best_name = bc.best_policy ? c.policies[*bc.best_policy].name : "(none fits)";
-    const double error = static_cast<double>(r.optimal.prediction.peak_bytes - measured_peak) /
-                         static_cast<double>(measured_peak);
-    table.add_row({r.text + " (" + format_bytes(r.optimal.budget_bytes) + ")", format_bytes(r.optimal.prediction.peak_bytes),
+    const double error =
+        static_cast<double>(r.optimal.prediction.peak_bytes - measured_peak) / static_cast<double>(measured_peak);
+    table.add_row({r.text + " (" + format_bytes(r.optimal.budget_bytes) + ")",
+                   format_bytes(r.optimal.prediction.peak_bytes),
                    format_bytes(measured_peak) + (bc.fits ? "" : " OVER"), percent(error),
                    percent(r.optimal.predicted_overhead()), percent(bc.measured.overhead),
                    percent(bc.measured.overhead_low) + " to " + percent(bc.measured.overhead_high),
-                   bc.prediction_within_spread ? "yes" : "no", best_name, bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
+                   bc.prediction_within_spread ? "yes" : "no", best_name,
+                   bc.best_policy ? percent(c.policies[*bc.best_policy].overhead) : "-",
                    bc.ratio_to_best_policy <= 1 ? "yes" : "no"});
     json_results[b]["measured_peak_bytes"] = measured_peak;
     json_results[b]["measured_overhead"] = bc.measured.overhead;
@@ -201,7 +210,8 @@ void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetPlans>&
   for (const auto& o : results.front().others) {
     if (o.planner == PlannerKind::policy) policies.push_back({o.name, o.plan});
   }
-  const Plan unchecked = Plan::plain(models::GptChainShape(flags.model.options.model.layers(), models::GptGranularity::block));
+  const Plan unchecked =
+      Plan::plain(models::GptChainShape(flags.model.options.model.layers(), models::GptGranularity::block));
   const MeasuredComparison c = compare_measured(unchecked, optimal, policies, [&](const std::vector<Plan>& plans) {
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
     return models::gpt_measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
@@ -237,7 +247,9 @@ void run_budget_plan(PlanFlags& flags) {
       print_verification(options, r.optimal.plan, out);
     }
   }
-  if (flags.json) std::cout << (json_results.size() == 1 ? json_results[0] : nlohmann::json{{"results", json_results}}).dump(2) << "\n";
+  if (flags.json)
+    std::cout << (json_results.size() == 1 ? json_results[0] : nlohmann::json{{"results", json_results}}).dump(2)
+              << "\n";
 }
 
 // `--maximize throughput`: under each budget, the micro-batch and plan with the most tokens per
@@ -266,8 +278,8 @@ nlohmann::json print_throughput_row(const ThroughputRow& row, int64_t sequence, 
       << fixed(100.0 * static_cast<double>(c.budget_bytes) / static_cast<double>(c.unchecked_peak_bytes), 0)
       << "% of the unchecked peak at batch " << c.global_batch << ", " << format_bytes(c.unchecked_peak_bytes) << ")\n";
   const bool measured = !row.measured.empty();
-  std::vector<Column> header = {"micro-batch", "x steps", "plan", "predicted peak", "predicted tok/s",
-                                "unchecked fits", "unchecked tok/s"};
+  std::vector<Column> header = {"micro-batch",     "x steps",        "plan",           "predicted peak",
+                                "predicted tok/s", "unchecked fits", "unchecked tok/s"};
   if (measured) header.insert(header.end(), {"measured peak", "measured tok/s", "unchecked measured tok/s"});
   Table table(header);
   nlohmann::json frontier = nlohmann::json::array();
@@ -277,18 +289,21 @@ nlohmann::json print_throughput_row(const ThroughputRow& row, int64_t sequence, 
     std::string plan = f.planned.feasible ? f.planned.plan.to_string() : "(none fits)";
     if (plan.size() > 48) plan = plan.substr(0, 45) + "...";
     std::vector<Cell> cells = {std::to_string(f.micro_batch) + (c.best == i ? " *" : ""),
-                                      std::to_string(f.accumulation), plan,
-                                      f.planned.feasible ? format_bytes(f.planned.prediction.peak_bytes) : "-",
-                                      f.planned.feasible ? fixed(seq * f.predicted_samples_per_second, 0) : "-",
-                                      f.unchecked_fits ? "yes" : "no",
-                                      f.unchecked_fits ? fixed(seq * f.unchecked_samples_per_second, 0) : "-"};
-    nlohmann::json entry = {{"micro_batch", f.micro_batch}, {"accumulation", f.accumulation},
-                            {"feasible", f.planned.feasible},
-                            {"plan", f.planned.feasible ? nlohmann::json(f.planned.plan.to_string()) : nlohmann::json()},
-                            {"predicted_peak_bytes", f.planned.prediction.peak_bytes},
-                            {"predicted_tokens_per_second", seq * f.predicted_samples_per_second},
-                            {"unchecked_fits", f.unchecked_fits},
-                            {"unchecked_predicted_tokens_per_second", seq * f.unchecked_samples_per_second}};
+                               std::to_string(f.accumulation),
+                               plan,
+                               f.planned.feasible ? format_bytes(f.planned.prediction.peak_bytes) : "-",
+                               f.planned.feasible ? fixed(seq * f.predicted_samples_per_second, 0) : "-",
+                               f.unchecked_fits ? "yes" : "no",
+                               f.unchecked_fits ? fixed(seq * f.unchecked_samples_per_second, 0) : "-"};
+    nlohmann::json entry = {
+        {"micro_batch", f.micro_batch},
+        {"accumulation", f.accumulation},
+        {"feasible", f.planned.feasible},
+        {"plan", f.planned.feasible ? nlohmann::json(f.planned.plan.to_string()) : nlohmann::json()},
+        {"predicted_peak_bytes", f.planned.prediction.peak_bytes},
+        {"predicted_tokens_per_second", seq * f.predicted_samples_per_second},
+        {"unchecked_fits", f.unchecked_fits},
+        {"unchecked_predicted_tokens_per_second", seq * f.unchecked_samples_per_second}};
     if (measured) {
       const MeasuredMicroBatch* m = nullptr;
       for (const auto& r : row.measured) m = r.micro_batch == f.micro_batch ? &r : m;
@@ -320,7 +335,9 @@ nlohmann::json print_throughput_row(const ThroughputRow& row, int64_t sequence, 
   line("chosen (* above)", c.best, false);
   line("no checkpointing, largest micro-batch that fits", c.largest_unchecked, true);
   line("whole batch, optimal plan", c.whole_batch, false);
-  return {{"budget", row.budget}, {"budget_bytes", c.budget_bytes}, {"unchecked_peak_bytes", c.unchecked_peak_bytes},
+  return {{"budget", row.budget},
+          {"budget_bytes", c.budget_bytes},
+          {"unchecked_peak_bytes", c.unchecked_peak_bytes},
           {"chosen_micro_batch", c.best ? nlohmann::json(c.frontier[*c.best].micro_batch) : nlohmann::json()},
           {"chosen_tokens_per_second", tokens_per_second(row, c.best, false, sequence)},
           {"largest_unchecked_tokens_per_second", tokens_per_second(row, c.largest_unchecked, true, sequence)},
@@ -341,8 +358,9 @@ void run_throughput_plan(PlanFlags& flags) {
   out << "profiling the GPT (" << options.model.describe() << ") at batch sizes";
   for (const int64_t b : sizes) out << " " << b;
   out << "...\n";
-  const ProfiledBatches profiled = models::profile_gpt_batches(sample.model, sample.tokens, sample.targets, sizes,
-                                                               budget_profile_options().repeats(flags.repeats).mode(flags.model.checkpoint_mode));
+  const ProfiledBatches profiled =
+      models::profile_gpt_batches(sample.model, sample.tokens, sample.targets, sizes,
+                                  budget_profile_options().repeats(flags.repeats).mode(flags.model.checkpoint_mode));
   out << "profiles on one clock (each unchecked step measured in one interleaved series): times scaled by";
   for (size_t i = 0; i < profiled.tables.size(); ++i) {
     out << (i ? ", " : " ") << fixed(profiled.time_scales[i], 2) << " at batch " << profiled.tables[i].first;
@@ -357,15 +375,18 @@ void run_throughput_plan(PlanFlags& flags) {
   nlohmann::json results = nlohmann::json::array();
   std::vector<ThroughputPoint> points;
   for (const auto& text : budgets) {
-    ThroughputRow row{text,
-                      plan_throughput(profiled.costs_at(), options.batch, Budget::parse(text),
-                                      ThroughputOptions().planner(
-                                          PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots))),
-                      {}};
+    ThroughputRow row{
+        text,
+        plan_throughput(
+            profiled.costs_at(), options.batch, Budget::parse(text),
+            ThroughputOptions().planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots))),
+        {}};
     if (flags.measure) {
-      out << "measuring the frontier at budget " << text << ", " << flags.measure_steps << " interleaved steps per plan...\n";
+      out << "measuring the frontier at budget " << text << ", " << flags.measure_steps
+          << " interleaved steps per plan...\n";
       row.measured = measure_frontier(row.choice, [&](const std::vector<MicroBatchRun>& runs) {
-        return models::gpt_measure_micro_batches(sample.model, runs, sample.tokens, sample.targets, flags.measure_steps);
+        return models::gpt_measure_micro_batches(sample.model, runs, sample.tokens, sample.targets,
+                                                 flags.measure_steps);
       });
     }
     results.push_back(print_throughput_row(row, sequence, out));
@@ -377,11 +398,13 @@ void run_throughput_plan(PlanFlags& flags) {
   }
   if (!flags.plot_dir.empty()) {
     std::filesystem::create_directories(flags.plot_dir);
-    std::sort(points.begin(), points.end(), [](const auto& a, const auto& b) { return a.budget_percent < b.budget_percent; });
-    const auto files = plot_throughput(flags.plot_dir,
-                                       "GPT " + options.model.describe() + ", global batch " +
-                                           std::to_string(options.batch) + (flags.measure ? ", measured" : ", predicted"),
-                                       points);
+    std::sort(points.begin(), points.end(),
+              [](const auto& a, const auto& b) { return a.budget_percent < b.budget_percent; });
+    const auto files =
+        plot_throughput(flags.plot_dir,
+                        "GPT " + options.model.describe() + ", global batch " + std::to_string(options.batch) +
+                            (flags.measure ? ", measured" : ", predicted"),
+                        points);
     for (const auto& f : files) out << "wrote " << f << "\n";
   }
   if (flags.json) std::cout << nlohmann::json{{"results", results}}.dump(2) << "\n";
@@ -392,26 +415,32 @@ void run_throughput_plan(PlanFlags& flags) {
 void add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* plan = app.add_subcommand("plan", "The plan of a policy, or the fastest plan under memory budgets");
-  flags->model.add_to(*plan, ModelUse::run, "Text file to take the profiled batch from, instead of the fortunes corpus");
+  flags->model.add_to(*plan, ModelUse::run,
+                      "Text file to take the profiled batch from, instead of the fortunes corpus");
   plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Planning");
   add_budget_option(*plan, flags->budgets, "Plan for each of these activation budgets");
   add_profile_options(*plan, flags->profile_file, flags->repeats, flags->slots);
-  add_checkpoint_mode_option(*plan, flags->model.checkpoint_mode,
-                             "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)");
+  add_checkpoint_mode_option(
+      *plan, flags->model.checkpoint_mode,
+      "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)");
   plan->add_flag("--measure", flags->measure, "Run the plans and every manual policy, and compare with the predictions")
       ->group("Measurement");
   add_measure_steps_option(*plan, flags->measure_steps, "Measured interleaved steps per plan for --measure");
   plan->add_flag("--verify", flags->verify,
-                 "Run one step unchecked (same stage options) and one under each plan from the same RNG state; print max |gradient difference|")
+                 "Run one step unchecked (same stage options) and one under each plan from the same RNG state; print "
+                 "max |gradient difference|")
       ->group("Measurement");
   plan->add_option("--maximize", flags->maximize,
                    "With --budget: choose the micro-batch (gradient accumulation to --batch) with the plan, for the "
                    "most tokens per second")
-      ->check(CLI::IsMember({"throughput"}))->group("Planning");
-  plan->add_option("--plot", flags->plot_dir, "With --maximize throughput: write tokens/s vs budget plots to this folder")
+      ->check(CLI::IsMember({"throughput"}))
+      ->group("Planning");
+  plan->add_option("--plot", flags->plot_dir,
+                   "With --maximize throughput: write tokens/s vs budget plots to this folder")
       ->group("Output");
-  plan->add_flag("!--no-verify-fit", flags->verify_fit,
-                 "Trust the predicted peak: do not run each budget's plan once to check it fits (and plan again if not)")
+  plan->add_flag(
+          "!--no-verify-fit", flags->verify_fit,
+          "Trust the predicted peak: do not run each budget's plan once to check it fits (and plan again if not)")
       ->group("Planning");
   plan->add_option("--save-plan", flags->save_file, "Write the plan as JSON to this file (for `remat train --plan`)")
       ->group("Output");
@@ -421,10 +450,12 @@ void add_plan_command(CLI::App& app) {
     flags->model.refuse_together("--policy", "--budget");
     REMAT_CHECK(flags->maximize.empty() || !flags->budgets.empty(),
                 "--maximize throughput needs --budget: the micro-batch is chosen for the most throughput under it.");
-    REMAT_CHECK(flags->plot_dir.empty() || !flags->maximize.empty(), "--plot draws the throughput frontier: give it with ",
+    REMAT_CHECK(flags->plot_dir.empty() || !flags->maximize.empty(),
+                "--plot draws the throughput frontier: give it with ",
                 "--maximize throughput (`remat bench --plot` draws the memory-time plots).");
     if (flags->budgets.empty()) {
-      REMAT_CHECK(flags->profile_file.empty(), "--profile has no effect with --policy: a policy's plan needs no profile ",
+      REMAT_CHECK(flags->profile_file.empty(),
+                  "--profile has no effect with --policy: a policy's plan needs no profile ",
                   "(the planner plans from one for --budget). Drop --profile, or give --budget.");
       run_policy_plan(*flags);
     } else if (!flags->maximize.empty()) {

@@ -86,8 +86,8 @@ std::vector<LabelSpot> place_labels(const std::vector<ParetoPoint>& points, doub
     const double cx = p.peak_mib * px_x, cy = p.step_seconds * px_y;
     taken.push_back({cx - point_px, cx + point_px, cy - point_px, cy + point_px});
   }
-  const double candidates[][3] = {{10, 8, 0}, {10, -10, 0}, {-10, 8, 1}, {-10, -10, 1}, {10, 22, 0}, {-10, 22, 1},
-                                  {10, -24, 0}, {-10, -24, 1}};
+  const double candidates[][3] = {{10, 8, 0},  {10, -10, 0}, {-10, 8, 1},  {-10, -10, 1},
+                                  {10, 22, 0}, {-10, 22, 1}, {10, -24, 0}, {-10, -24, 1}};
   std::vector<LabelSpot> spots;
   for (const auto& p : points) {
     const double cx = p.peak_mib * px_x, cy = p.step_seconds * px_y;
@@ -134,8 +134,8 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
   std::ostringstream data, frontier;
   data << "# name\tkind\tactivation_peak_MiB\tstep_seconds\ton_frontier\n" << std::setprecision(8);
   for (const auto& p : points) {
-    data << data_string(p.name) << '\t' << (p.planner ? "planner" : "policy") << '\t' << p.peak_mib << '\t' << p.step_seconds
-         << '\t' << (p.on_frontier ? 1 : 0) << '\n';
+    data << data_string(p.name) << '\t' << (p.planner ? "planner" : "policy") << '\t' << p.peak_mib << '\t'
+         << p.step_seconds << '\t' << (p.on_frontier ? 1 : 0) << '\n';
   }
   std::vector<ParetoPoint> front;
   for (const auto& p : points) {
@@ -155,11 +155,11 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
   }
   for (const auto& b : budgets) max_mib = std::max(max_mib, b.mib);
   const double x_max = std::max(max_mib, 1e-3) * 1.12;
-  const double y_min = std::max(0.0, min_s - 0.08 * (max_s - min_s + 1e-9)), y_max = max_s + 0.12 * (max_s - min_s + 1e-9);
+  const double y_min = std::max(0.0, min_s - 0.08 * (max_s - min_s + 1e-9)),
+               y_max = max_s + 0.12 * (max_s - min_s + 1e-9);
   std::ostringstream gp;
   gp << "# Activation peak vs step time of every strategy; render with: gnuplot pareto.gp\n"
-     << terminal_loop_begin("pareto", 1200, 880)
-     << "  set title " << quoted(title) << "\n"
+     << terminal_loop_begin("pareto", 1200, 880) << "  set title " << quoted(title) << "\n"
      << "  set xlabel \"activation peak (MiB): bytes held above the parameters, gradients and batch\"\n"
      << "  set ylabel \"step time: forward + backward, median (s)\"\n"
      // The key below the plot and the budgets' labels above it, outside the data: a point in any
@@ -177,15 +177,17 @@ std::vector<std::string> plot_pareto(const std::string& dir, const std::string& 
   }
   const auto spots = place_labels(points, x_max, y_max - y_min);
   for (size_t i = 0; i < points.size(); ++i) {
-    gp << "  set label " << ++marker << " " << quoted(points[i].name) << " at " << spots[i].x << ", "
-       << spots[i].y << (spots[i].right_aligned ? " right" : " left") << " font \",9\" front\n";
+    gp << "  set label " << ++marker << " " << quoted(points[i].name) << " at " << spots[i].x << ", " << spots[i].y
+       << (spots[i].right_aligned ? " right" : " left") << " font \",9\" front\n";
   }
-  gp << "  plot \"pareto-frontier.dat\" using 1:2 with steps linewidth 2 linecolor rgb \"#2ca02c\" title \"Pareto frontier (no strategy is both smaller and faster)\", \\\n"
+  gp << "  plot \"pareto-frontier.dat\" using 1:2 with steps linewidth 2 linecolor rgb \"#2ca02c\" title \"Pareto "
+        "frontier (no strategy is both smaller and faster)\", \\\n"
      << "       \"pareto.dat\" using 3:(strcol(2) eq \"policy\" ? $4 : 1/0) with points pointtype 7 pointsize 1.4"
      << " linecolor rgb \"#1f77b4\" title \"manual policy\", \\\n"
      << "       \"pareto.dat\" using 3:(strcol(2) eq \"planner\" ? $4 : 1/0) with points pointtype 9 pointsize 2"
      << " linecolor rgb \"#d62728\" title \"remat planner: optimal plan for the budget\", \\\n"
-     << "       \"pareto.dat\" using 3:($5 == 1 ? $4 : 1/0) with points pointtype 6 pointsize 2.6 linecolor rgb \"#2ca02c\""
+     << "       \"pareto.dat\" using 3:($5 == 1 ? $4 : 1/0) with points pointtype 6 pointsize 2.6 linecolor rgb "
+        "\"#2ca02c\""
      << " title \"circled: on the frontier\"\n"
      << "}\nset output\n";
   write_file_atomically(dir + "/pareto.gp", gp.str());
@@ -210,8 +212,8 @@ std::vector<std::string> plot_throughput(const std::string& dir, const std::stri
   std::ostringstream gp;
   auto curve = [](int column, const char* color, int point, const char* name) {
     return std::string("\"throughput.dat\" using 1:($") + std::to_string(column) + " > 0 ? $" + std::to_string(column) +
-           " : 1/0) with linespoints linewidth 2 pointtype " + std::to_string(point) + " pointsize 1.6 linecolor rgb \"" +
-           color + "\" title \"" + name + "\"";
+           " : 1/0) with linespoints linewidth 2 pointtype " + std::to_string(point) +
+           " pointsize 1.6 linecolor rgb \"" + color + "\" title \"" + name + "\"";
   };
   gp << "# Tokens per second under each memory budget, per strategy; render with: gnuplot throughput.gp\n"
      << terminal_loop_begin("throughput", 1100, 760) << "  set title " << quoted(title) << "\n"
@@ -233,7 +235,8 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
   REMAT_CHECK(!series.empty(), "plot_timeline: no strategies to plot.");
   std::ostringstream csv, data;
   csv << "strategy,milliseconds,activation_bytes,phase\n" << std::setprecision(9);
-  data << "# series (0-based, in the order of the panels)\tmilliseconds\tactivation_MiB\tphase\n" << std::setprecision(8);
+  data << "# series (0-based, in the order of the panels)\tmilliseconds\tactivation_MiB\tphase\n"
+       << std::setprecision(8);
   double max_ms = 0, max_mib = 0;
   for (size_t i = 0; i < series.size(); ++i) {
     const auto& s = series[i];
@@ -252,9 +255,10 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
   const int panels = static_cast<int>(series.size());
   std::ostringstream gp;
   gp << "# Activation bytes held over one training step, one panel per strategy; render with: gnuplot timeline.gp\n"
-     << "phase_color(p) = p eq \"forward\" ? 0x1f77b4 : p eq \"backward\" ? 0xff7f0e : p eq \"recompute\" ? 0xd62728 : 0x999999\n"
-     << terminal_loop_begin("timeline", 1200, 170 + 190 * panels)
-     << "  set multiplot layout " << panels << ",1 title " << quoted(title) << "\n"
+     << "phase_color(p) = p eq \"forward\" ? 0x1f77b4 : p eq \"backward\" ? 0xff7f0e : p eq \"recompute\" ? 0xd62728 : "
+        "0x999999\n"
+     << terminal_loop_begin("timeline", 1200, 170 + 190 * panels) << "  set multiplot layout " << panels << ",1 title "
+     << quoted(title) << "\n"
      << "  set xrange [0:" << max_ms * 1.02 << "]\n  set yrange [0:" << std::max(1.0, max_mib * 1.3) << "]\n"
      << "  set grid\n  set ylabel \"held (MiB)\"\n  set lmargin 12\n  set rmargin 4\n";
   for (int i = 0; i < panels; ++i) {
@@ -265,7 +269,8 @@ std::vector<std::string> plot_timeline(const std::string& dir, const std::string
        << (last ? "  set xlabel \"time since the step began (ms)\"\n  set format x \"%g\"\n"
                 : "  unset xlabel\n  set format x \"\"\n")
        << (first ? "  set key top right vertical box opaque samplen 2\n" : "  unset key\n")
-       << "  plot \"timeline.dat\" using 2:($1 == " << i << " ? $3 : 1/0):(phase_color(strcol(4))) with lines linewidth 1.6 linecolor rgb variable notitle";
+       << "  plot \"timeline.dat\" using 2:($1 == " << i
+       << " ? $3 : 1/0):(phase_color(strcol(4))) with lines linewidth 1.6 linecolor rgb variable notitle";
     if (first) {
       gp << ", \\\n       NaN with lines linewidth 3 linecolor rgb \"#1f77b4\" title \"forward\""
          << ", \\\n       NaN with lines linewidth 3 linecolor rgb \"#ff7f0e\" title \"backward\""

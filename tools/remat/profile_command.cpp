@@ -25,7 +25,9 @@ void add_profile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("profile", "Measure the GPT's per-stage costs (time, bytes kept, transients)");
   flags->model.add_to(*cmd, ModelUse::run, "Text file to take the profiled batch from, instead of the fortunes corpus");
   cmd->add_option("--repeats", flags->repeats, "Measured runs per stage (the median is kept)")
-      ->capture_default_str()->check(CLI::Range(1, 100))->group("Planning");
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100))
+      ->group("Planning");
   cmd->add_option("--save-profile", flags->save_file, "Write the profile as JSON to this file (for --profile FILE)")
       ->group("Output");
   add_checkpoint_mode_option(*cmd, flags->model.checkpoint_mode,

@@ -19,7 +19,9 @@ namespace remat::cli {
 class Progress {
  public:
   Progress(std::string label, int64_t total, int64_t plain_lines = 10)
-      : label_(std::move(label)), total_(total), terminal_(isatty(STDERR_FILENO) != 0),
+      : label_(std::move(label)),
+        total_(total),
+        terminal_(isatty(STDERR_FILENO) != 0),
         plain_every_(total > plain_lines && plain_lines > 0 ? total / plain_lines : 1) {}
   ~Progress() { done(); }
   Progress(const Progress&) = delete;

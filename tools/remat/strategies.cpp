@@ -82,7 +82,8 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
       s.name = "optimal " + text + suffix;
       s.planner = true;
       s.budget_text = text;
-      const PlanRequest request = PlanRequest::of_budget(Budget::parse(text)).planner(PlannerOptions().mode(mode).memory_slots(slots));
+      const PlanRequest request =
+          PlanRequest::of_budget(Budget::parse(text)).planner(PlannerOptions().mode(mode).memory_slots(slots));
       std::optional<PlanResult> planned;
       try {
         planned = models::gpt_choose_plan(request, layers, [costs](const ProfileOptions&) { return *costs; }).planned;
@@ -108,7 +109,8 @@ ModelCosts strategy_costs(const StrategyFlags& flags) {
     return load_profile_for(flags.profile_file, options);
   }
   std::cerr << "profiling the GPT's stages (" << flags.repeats << " interleaved repeats)...\n";
-  return profile_model(options, flags.repeats, CheckpointMode::reentrant);  // the reentrant table: both modes' plans are costed on it
+  return profile_model(options, flags.repeats,
+                       CheckpointMode::reentrant);  // the reentrant table: both modes' plans are costed on it
 }
 
 std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,
@@ -125,15 +127,15 @@ std::vector<TimelineSeries> trace_strategies(SampleModel& sample, const std::vec
 std::string model_title(const train::TrainOptions& o) {
   const auto& m = o.model;
   return "GPT " + std::to_string(m.layers()) + " layers, hidden " + std::to_string(m.hidden()) + ", " +
-         std::to_string(m.heads()) + " heads, seq " + std::to_string(m.sequence()) + ", batch " + std::to_string(o.batch) +
-         ", dropout " + fixed(m.dropout(), 2) + ", fp32";
+         std::to_string(m.heads()) + " heads, seq " + std::to_string(m.sequence()) + ", batch " +
+         std::to_string(o.batch) + ", dropout " + fixed(m.dropout(), 2) + ", fp32";
 }
 
 CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
   flags.model.apply_preset();
   flags.model.options.model.validate();
-  CheckedStrategies checked{prepare_out_dir(flags.out_dir), runnable_policies(flags, flags.model.options.model.layers()),
-                            budget_list(flags.budgets)};
+  CheckedStrategies checked{prepare_out_dir(flags.out_dir),
+                            runnable_policies(flags, flags.model.options.model.layers()), budget_list(flags.budgets)};
   REMAT_CHECK(!checked.policies.empty() || !checked.budgets.empty(), "nothing to run: give --policies or --budget.");
   return checked;
 }
@@ -141,12 +143,15 @@ CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
 void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::string& budget_help) {
   flags.model.add_to(command, ModelUse::run, "Text file to take the batch from, instead of the fortunes corpus");
   command.add_option("--policies", flags.policies, "Manual policies to run (see `remat policies`), space-separated")
-      ->capture_default_str()->group("Planning");
+      ->capture_default_str()
+      ->group("Planning");
   add_budget_option(command, flags.budgets, budget_help, /*empty_means_none=*/true)->capture_default_str();
   add_checkpoint_mode_option(command, flags.checkpoint_modes,
                              "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant");
   add_profile_options(command, flags.profile_file, flags.repeats, flags.slots);
-  command.add_option("--out", flags.out_dir, "Folder for the files written (created if missing)")->capture_default_str()->group("Output");
+  command.add_option("--out", flags.out_dir, "Folder for the files written (created if missing)")
+      ->capture_default_str()
+      ->group("Output");
   command.add_flag("--no-plots", flags.no_plots, "Write data only; do not run gnuplot")->group("Output");
   add_json_flag(command, flags.json);
 }

@@ -19,13 +19,15 @@ namespace {
 
 void run_trace(StrategyFlags& flags) {
   const auto [out, policies, budgets] = check_strategy_flags(flags);
-  REMAT_CHECK(!budgets.empty() || flags.profile_file.empty(), "--profile has no effect without --budget: `remat trace` ",
+  REMAT_CHECK(!budgets.empty() || flags.profile_file.empty(),
+              "--profile has no effect without --budget: `remat trace` ",
               "plans from a profile only for the budgets' optimal plans. Drop --profile, or give --budget.");
   const auto& options = flags.model.options;
   std::ostream& human = human_output(flags.json);
   std::optional<ModelCosts> costs;
   if (!budgets.empty()) costs = strategy_costs(flags);
-  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
+  const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers(), policies, budgets,
+                                          flags.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   std::cerr << "warming up " << strategies.size() << " strategies...\n";
@@ -33,13 +35,17 @@ void run_trace(StrategyFlags& flags) {
   for (const auto& s : strategies) names.push_back(s.name);
   trace_strategies(sample, strategies, names, options.seed);  // allocates the gradients
   const auto timelines = trace_strategies(sample, strategies, names, options.seed);
-  Table table({{"strategy", "strategy"}, {"events", "events"}, {"activation_peak_bytes", "activation peak"},
+  Table table({{"strategy", "strategy"},
+               {"events", "events"},
+               {"activation_peak_bytes", "activation peak"},
                {"step_seconds", "step"}});
   for (const auto& t : timelines) {
     int64_t peak = 0;
     for (const auto& e : t.events) peak = std::max(peak, e.bytes - t.base_bytes);
     const double seconds = t.events.empty() ? 0.0 : t.events.back().seconds;
-    table.add_row({t.name, {std::to_string(t.events.size()), t.events.size()}, {format_bytes(peak), peak},
+    table.add_row({t.name,
+                   {std::to_string(t.events.size()), t.events.size()},
+                   {format_bytes(peak), peak},
                    {format_seconds(seconds), seconds}});
   }
   table.print(human);

@@ -100,9 +100,11 @@ bool launch_local_ranks(const TrainFlags& flags) {
     // A rank this command launched sees its own --nproc as WORLD_SIZE; anything else means the
     // environment (torchrun, a stale export) already made this process one rank of another group.
     const std::string world = std::getenv("WORLD_SIZE");
-    REMAT_CHECK(world == std::to_string(flags.nproc), "--nproc ", flags.nproc, " was given, but WORLD_SIZE=",
-                remat::printable(world, 20), " is set: this process is already one rank of a launched group, and --nproc ",
-                "would have no effect. Unset WORLD_SIZE and RANK to start ", flags.nproc, " ranks here, or drop --nproc.");
+    REMAT_CHECK(world == std::to_string(flags.nproc), "--nproc ", flags.nproc,
+                " was given, but WORLD_SIZE=", remat::printable(world, 20),
+                " is set: this process is already one rank of a launched group, and --nproc ",
+                "would have no effect. Unset WORLD_SIZE and RANK to start ", flags.nproc,
+                " ranks here, or drop --nproc.");
     return false;
   }
   // This process launches the ranks (each this same command line) and waits for them.
@@ -136,11 +138,12 @@ void print_run_header(const TrainFlags& flags, const train::Trainer& trainer, in
   }
 
   out << "remat train: GPT " << o.model.describe() << "; batch " << o.batch
-      << (trainer.micro_batch() < o.batch ? " (micro-batch " + std::to_string(trainer.micro_batch()) + " x " +
-                                                std::to_string(o.batch / trainer.micro_batch()) + ", gradients accumulated)"
-                                          : std::string())
-      << ", lr " << o.lr << " (warm-up "
-      << o.warmup_steps << "), " << trainer.threads_description() << ", seed " << o.seed << "\n"
+      << (trainer.micro_batch() < o.batch
+              ? " (micro-batch " + std::to_string(trainer.micro_batch()) + " x " +
+                    std::to_string(o.batch / trainer.micro_batch()) + ", gradients accumulated)"
+              : std::string())
+      << ", lr " << o.lr << " (warm-up " << o.warmup_steps << "), " << trainer.threads_description() << ", seed "
+      << o.seed << "\n"
       << "  corpus: " << trainer.corpus().source() << ", " << trainer.corpus().bytes().size() << " bytes\n"
       << "  plan (" << trainer.plan_source() << "): " << trainer.plan().to_string() << "\n";
   if (trainer.global_step() > 0) out << "  resumed at step " << trainer.global_step() << "\n";
@@ -149,8 +152,10 @@ void print_run_header(const TrainFlags& flags, const train::Trainer& trainer, in
 nlohmann::json verify_before_training(train::Trainer& trainer, std::ostream& out) {
   const PlanVerification v = trainer.verify();
   out << "  verify: " << v.to_string();
-  return {{"bitwise_equal", v.bitwise_equal()}, {"max_gradient_difference", v.max_gradient_difference()},
-          {"max_buffer_difference", v.max_buffer_difference()}, {"output_difference", v.output_max_abs_difference}};
+  return {{"bitwise_equal", v.bitwise_equal()},
+          {"max_gradient_difference", v.max_gradient_difference()},
+          {"max_buffer_difference", v.max_buffer_difference()},
+          {"output_difference", v.output_max_abs_difference}};
 }
 
 std::vector<train::StepRecord> train_steps(train::Trainer& trainer, int rank) {
@@ -162,9 +167,9 @@ std::vector<train::StepRecord> train_steps(train::Trainer& trainer, int rank) {
     const auto& r = records.back();
     if (rank != 0) continue;
     progress.update(i + 1, "global step " + std::to_string(r.step) + ", loss " + fixed(r.loss, 4) + ", " +
-                           fixed(static_cast<double>(r.tokens) / r.seconds, 0) + " tok/s, activation peak " +
-                           format_bytes(r.activation_peak_bytes) +
-                           (o.save_every > 0 && r.step % o.save_every == 0 ? ", saved" : ""));
+                               fixed(static_cast<double>(r.tokens) / r.seconds, 0) + " tok/s, activation peak " +
+                               format_bytes(r.activation_peak_bytes) +
+                               (o.save_every > 0 && r.step % o.save_every == 0 ? ", saved" : ""));
   }
   return records;
 }
@@ -202,8 +207,10 @@ StepFigures step_figures(const std::vector<train::StepRecord>& records) {
 nlohmann::json train_report(const train::Trainer& trainer, const std::vector<train::StepRecord>& records,
                             const StepFigures& f, int ranks) {
   const auto& o = trainer.options();
-  nlohmann::json report = {{"policy", trainer.plan_source()}, {"plan", trainer.plan().to_string()},
-                           {"steps", records.size()}, {"activation_peak_bytes", f.peak},
+  nlohmann::json report = {{"policy", trainer.plan_source()},
+                           {"plan", trainer.plan().to_string()},
+                           {"steps", records.size()},
+                           {"activation_peak_bytes", f.peak},
                            {"step_seconds_median", median(f.seconds)}};
   report["ranks"] = ranks;
   report["tokens_per_second"] = f.tokens_per_second;  // over all ranks
@@ -221,7 +228,8 @@ nlohmann::json train_report(const train::Trainer& trainer, const std::vector<tra
 void print_throughput_and_loss(const std::vector<train::StepRecord>& records, const StepFigures& f, int ranks,
                                std::ostream& out) {
   if (ranks > 1 && f.total_seconds > 0) {
-    out << "\n" << ranks << " ranks: " << fixed(f.tokens_per_second, 0) << " tok/s over all ranks; waiting for "
+    out << "\n"
+        << ranks << " ranks: " << fixed(f.tokens_per_second, 0) << " tok/s over all ranks; waiting for "
         << "gradients " << fixed(100 * f.communication_seconds / f.total_seconds, 1)
         << "% of step time (from step 2)\n";
   }
@@ -264,7 +272,8 @@ void run_train(TrainFlags& flags) {
   const int ranks = options.process_group ? options.process_group->world_size() : 1;
   std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
   std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
-  if (options.plan.kind() == PlanRequest::Kind::budget) out << "profiling for --budget " << options.plan.name() << "...\n";
+  if (options.plan.kind() == PlanRequest::Kind::budget)
+    out << "profiling for --budget " << options.plan.name() << "...\n";
   // With a budget, the trainer profiles its model and plans; every input is checked first.
   train::Trainer trainer(options);
   print_run_header(flags, trainer, ranks, out);
@@ -287,7 +296,8 @@ void run_train(TrainFlags& flags) {
     out << "\nsample:\n" << printable(text) << "\n";
   }
   // Generated bytes need not be valid UTF-8: replace what is not rather than fail.
-  if (flags.json && rank == 0) std::cout << report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (flags.json && rank == 0)
+    std::cout << report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 }  // namespace
@@ -298,44 +308,70 @@ void add_train_command(CLI::App& app) {
   flags->model.add_to(*cmd, ModelUse::run, "Text file to train on, instead of the fortunes corpus");
   auto& o = flags->model.options;
   cmd->add_option("--steps", o.steps, "Training steps in this run (a resumed run continues its count)")
-      ->capture_default_str()->group("Training");
+      ->capture_default_str()
+      ->group("Training");
   cmd->add_option("--lr", o.lr, "Peak learning rate of AdamW")->capture_default_str()->group("Training");
   cmd->add_option("--warmup", o.warmup_steps, "Linear warm-up, steps")->capture_default_str()->group("Training");
-  cmd->add_option("--policy", flags->policy, "Checkpointing policy (see `remat policies`)")->capture_default_str()->group("Planning");
-  cmd->add_option("--plan", flags->plan_file, "A plan saved by `remat plan --save-plan`, instead of --policy")->group("Planning");
-  add_budget_option(*cmd, flags->budgets, "Profile, then train under the fastest plan predicted to fit this activation budget, instead of --policy");
-  add_checkpoint_mode_option(*cmd, flags->model.checkpoint_mode,
-                             "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)");
+  cmd->add_option("--policy", flags->policy, "Checkpointing policy (see `remat policies`)")
+      ->capture_default_str()
+      ->group("Planning");
+  cmd->add_option("--plan", flags->plan_file, "A plan saved by `remat plan --save-plan`, instead of --policy")
+      ->group("Planning");
+  add_budget_option(
+      *cmd, flags->budgets,
+      "Profile, then train under the fastest plan predicted to fit this activation budget, instead of --policy");
+  add_checkpoint_mode_option(
+      *cmd, flags->model.checkpoint_mode,
+      "How the policy's or budget's segments are checkpointed: reentrant, non-reentrant (see docs/library.md)");
   cmd->add_option("--micro-batch", o.micro_batch,
                   "Sequences per forward and backward: --batch runs as equal micro-batches whose gradients accumulate "
                   "(0: the whole batch at once)")
-      ->capture_default_str()->check(whole_number_from(0))->group("Training");
-  cmd->add_option("--maximize", flags->maximize,
-                  "With --budget: choose the micro-batch with the plan, for the most tokens per second under the budget")
-      ->check(CLI::IsMember({"throughput"}))->group("Planning");
-  cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")->group("State");
-  cmd->add_option("--save-every", o.save_every, "Also save every this many global steps (0: only at the end); needs --save-state")
-      ->capture_default_str()->check(whole_number_from(0))->group("State");
+      ->capture_default_str()
+      ->check(whole_number_from(0))
+      ->group("Training");
+  cmd->add_option(
+         "--maximize", flags->maximize,
+         "With --budget: choose the micro-batch with the plan, for the most tokens per second under the budget")
+      ->check(CLI::IsMember({"throughput"}))
+      ->group("Planning");
+  cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")
+      ->group("State");
+  cmd->add_option("--save-every", o.save_every,
+                  "Also save every this many global steps (0: only at the end); needs --save-state")
+      ->capture_default_str()
+      ->check(whole_number_from(0))
+      ->group("State");
   cmd->add_option("--keep-last", o.keep_last, "Saved states to keep in --save-state's folder, the newest")
-      ->capture_default_str()->check(CLI::Range(1, 1000000))->group("State");
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000))
+      ->group("State");
   cmd->add_option("--resume", o.resume_dir, "Continue from the newest state saved in this folder")->group("State");
-  cmd->add_flag("--compare", flags->compare, "Also measure the unchecked run on one batch and print the ratios")->group("Measurement");
+  cmd->add_flag("--compare", flags->compare, "Also measure the unchecked run on one batch and print the ratios")
+      ->group("Measurement");
   add_measure_steps_option(*cmd, flags->measure_steps, "Measured interleaved steps per plan for --compare");
   cmd->add_flag("--verify", flags->verify,
                 "Before training, run one step unchecked (same stage options) and one under the plan from the same "
                 "RNG state and print the largest gradient difference (0 on CPU)")
       ->group("Measurement");
-  cmd->add_option("--sample", flags->sample_bytes, "Bytes of generated text to show at the end (0: none)")->capture_default_str()
-      ->check(CLI::Range(0, 100000))->group("Output");
-  cmd->add_option("--nproc", flags->nproc, "Data-parallel ranks to start on this machine (each one process; "
+  cmd->add_option("--sample", flags->sample_bytes, "Bytes of generated text to show at the end (0: none)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100000))
+      ->group("Output");
+  cmd->add_option("--nproc", flags->nproc,
+                  "Data-parallel ranks to start on this machine (each one process; "
                   "under torchrun or with RANK/WORLD_SIZE set, this process is one rank already)")
-      ->capture_default_str()->check(CLI::Range(1, 1024))->group("Distributed");
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024))
+      ->group("Distributed");
   cmd->add_option("--bucket-mib", flags->bucket_mib, "Gradient bucket size for the all-reduce, MiB")
-      ->capture_default_str()->group("Distributed");
+      ->capture_default_str()
+      ->group("Distributed");
   cmd->add_flag("--no-overlap", flags->no_overlap, "All-reduce gradients after backward instead of during it")
       ->group("Distributed");
   cmd->add_option("--dist-timeout", flags->dist_timeout, "Seconds a rank waits for the others before failing")
-      ->capture_default_str()->check(CLI::Range(1, 7 * 24 * 3600))->group("Distributed");
+      ->capture_default_str()
+      ->check(CLI::Range(1, 7 * 24 * 3600))
+      ->group("Distributed");
   add_json_flag(*cmd, flags->json);
   cmd->callback([flags] { run_train(*flags); });
 }

@@ -51,8 +51,7 @@ void export_model_and_batch(const SampleModel& sample, const std::string& path) 
 
 class StepServer {
  public:
-  explicit StepServer(const SampleModel& sample)
-      : sample_(sample), chains_(sample.model) {
+  explicit StepServer(const SampleModel& sample) : sample_(sample), chains_(sample.model) {
     chains_.set_targets(sample.targets);
   }
 
@@ -72,8 +71,10 @@ class StepServer {
     REMAT_CHECK(trace_json.is_string(), "\"trace\" must be a file name, got ", trace_json.dump(), ".");
     const std::string trace = trace_json.get<std::string>();
     auto [chain, plan] = request.contains("policy") ? policy_plan(request["policy"]) : requested_plan(request["plan"]);
-    nlohmann::json reply = {{"plan", plan.to_string()}, {"seconds", nlohmann::json::array()},
-                            {"activation_peak_bytes", nlohmann::json::array()}, {"loss", nlohmann::json::array()}};
+    nlohmann::json reply = {{"plan", plan.to_string()},
+                            {"seconds", nlohmann::json::array()},
+                            {"activation_peak_bytes", nlohmann::json::array()},
+                            {"loss", nlohmann::json::array()}};
     if (request.contains("policy")) reply["policy"] = request["policy"];
     for (int s = 0; s < steps; ++s) {
       std::unique_ptr<MemoryTimeline> timeline;
@@ -118,9 +119,11 @@ void run_worker(WorkerFlags& flags) {
   const SampleModel sample = make_sample_model(flags.model.options);
   export_model_and_batch(sample, flags.export_file);
   StepServer server(sample);
-  std::cout << nlohmann::json{{"ready", true}, {"export", flags.export_file},
+  std::cout << nlohmann::json{{"ready", true},
+                              {"export", flags.export_file},
                               {"parameters", sample.model->parameters().size()},
-                              {"requests", nlohmann::json::array({"policy", "plan"})}}.dump()
+                              {"requests", nlohmann::json::array({"policy", "plan"})}}
+                   .dump()
             << std::endl;
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -144,10 +147,12 @@ void run_worker(WorkerFlags& flags) {
 void add_worker_command(CLI::App& app) {
   auto flags = std::make_shared<WorkerFlags>();
   CLI::App* worker = app.add_subcommand(
-      "worker", "Export the GPT and a batch, then run measured steps requested as JSON lines on stdin (for bench scripts)");
+      "worker",
+      "Export the GPT and a batch, then run measured steps requested as JSON lines on stdin (for bench scripts)");
   flags->model.add_to(*worker, ModelUse::run, "Text file to take the batch from, instead of the fortunes corpus");
   worker->add_option("--export", flags->export_file, "Write weights, tokens and targets to this file (torch.load-able)")
-      ->required()->group("Output");
+      ->required()
+      ->group("Output");
   add_json_flag(*worker, flags->json)->description("Accepted for uniformity: the worker's stdout is always JSON Lines");
   worker->callback([flags] { run_worker(*flags); });
 }

@@ -30,7 +30,8 @@ std::string read_file(const fs::path& path) {
 Corpus Corpus::from_fortunes(const std::string& directory) {
   std::error_code error;
   REMAT_CHECK(fs::is_directory(directory, error), "the default corpus directory '", directory,
-              "' does not exist. Install Debian's `fortunes` package (scripts/setup.sh does) or set ", field("TrainOptions::data_file"), " to a text file.");
+              "' does not exist. Install Debian's `fortunes` package (scripts/setup.sh does) or set ",
+              field("TrainOptions::data_file"), " to a text file.");
   std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(directory)) {
     const auto ext = entry.path().extension().string();
@@ -41,13 +42,15 @@ Corpus Corpus::from_fortunes(const std::string& directory) {
   for (const auto& f : files) corpus.bytes_ += read_file(f);
   corpus.source_ = directory + " (" + std::to_string(files.size()) + " files)";
   REMAT_CHECK(!corpus.bytes_.empty(), "the default corpus directory '", directory,
-              "' holds no fortune files. Install Debian's `fortunes` package or set ", field("TrainOptions::data_file"), " to a text file.");
+              "' holds no fortune files. Install Debian's `fortunes` package or set ", field("TrainOptions::data_file"),
+              " to a text file.");
   return corpus;
 }
 
 Corpus Corpus::from_file(const std::string& path) {
   std::error_code error;
-  REMAT_CHECK(fs::exists(path, error), "data file '", path, "' does not exist; ", field("TrainOptions::data_file"), " takes a text file to train on.");
+  REMAT_CHECK(fs::exists(path, error), "data file '", path, "' does not exist; ", field("TrainOptions::data_file"),
+              " takes a text file to train on.");
   REMAT_CHECK(fs::is_regular_file(path, error), "data path '", path, "' is not a regular file.");
   Corpus corpus;
   corpus.bytes_ = read_file(path);
@@ -59,8 +62,9 @@ Corpus Corpus::from_file(const std::string& path) {
 BatchSampler::BatchSampler(const Corpus& corpus, int64_t batch, int64_t sequence, uint64_t seed)
     : corpus_(corpus), batch_(batch), sequence_(sequence), engine_(seed) {
   REMAT_CHECK(static_cast<int64_t>(corpus.bytes().size()) >= sequence + 1, "the corpus (", corpus.source(), ") has ",
-              corpus.bytes().size(), " bytes, fewer than one training window of ", field("GptConfig::sequence"), " + 1 = ", sequence + 1,
-              " bytes. Use a larger ", field("TrainOptions::data_file"), " or a smaller ", field("GptConfig::sequence"), ".");
+              corpus.bytes().size(), " bytes, fewer than one training window of ", field("GptConfig::sequence"),
+              " + 1 = ", sequence + 1, " bytes. Use a larger ", field("TrainOptions::data_file"), " or a smaller ",
+              field("GptConfig::sequence"), ".");
 }
 
 std::pair<at::Tensor, at::Tensor> BatchSampler::next() {

@@ -48,8 +48,9 @@ double number(const json& object, const std::string& where, const char* key) {
 
 Preset read_preset(const json& p, const std::string& where) {
   REMAT_CHECK(p.is_object(), kSource, ": ", where, " must be an object, not ", p.dump(), ".");
-  static const char* const known[] = {"name", "description", "runnable", "layers", "hidden", "heads", "sequence",
-                                      "vocabulary", "dropout", "batch", "steps", "lr", "warmup_steps", "dtype"};
+  static const char* const known[] = {"name",  "description", "runnable",     "layers",  "hidden",
+                                      "heads", "sequence",    "vocabulary",   "dropout", "batch",
+                                      "steps", "lr",          "warmup_steps", "dtype"};
   for (const auto& item : p.items()) {
     REMAT_CHECK(std::find(std::begin(known), std::end(known), item.key()) != std::end(known), kSource, ": ", where,
                 " has an unknown field '", item.key(), "'.");

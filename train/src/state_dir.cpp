@@ -29,9 +29,8 @@ namespace {
 // One plain name inside the state folder: no separator, no '.' or '..', nothing unprintable.
 bool plain_component(const std::string& name) {
   if (name.empty() || name == "." || name == ".." || name.size() > 255) return false;
-  return std::none_of(name.begin(), name.end(), [](char c) {
-    return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
+  return std::none_of(name.begin(), name.end(),
+                      [](char c) { return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
 }
 
 // FNV-1a, 64 bits: a checksum that catches flipped bits and truncation (not tampering).
@@ -63,7 +62,8 @@ FileDigest digest_of_state_file(const fs::path& path, const std::string& what) {
   if (fd < 0) {
     const int saved = errno;
     REMAT_CHECK(saved != ENOENT, what, " '", path.string(), "' is missing.");
-    REMAT_CHECK(saved != ELOOP, what, " '", path.string(), "' is a symbolic link; a saved state holds regular files only.");
+    REMAT_CHECK(saved != ELOOP, what, " '", path.string(),
+                "' is a symbolic link; a saved state holds regular files only.");
     REMAT_CHECK(false, what, " '", path.string(), "' cannot be read (", std::strerror(saved), ").");
   }
   struct stat st {};
@@ -101,7 +101,6 @@ std::string meta_checksum(nlohmann::json meta) {
   fnv.add(text.data(), text.size());
   return fnv.hex();
 }
-
 
 }  // namespace
 
@@ -168,11 +167,12 @@ void check_state_dir_writable(const fs::path& dir) {
 
 fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
                         const std::function<void(const fs::path&)>& write_files, int keep_last) {
-  REMAT_CHECK(keep_last >= 1, "save_state_dir: keep_last must be at least 1 (the state just saved), got ", keep_last, ".");
+  REMAT_CHECK(keep_last >= 1, "save_state_dir: keep_last must be at least 1 (the state just saved), got ", keep_last,
+              ".");
   std::error_code error;
   fs::create_directories(dir, error);
-  REMAT_CHECK(!error && fs::is_directory(dir), "cannot create the state directory '", dir.string(), "': ",
-              error.message(), ".");
+  REMAT_CHECK(!error && fs::is_directory(dir), "cannot create the state directory '", dir.string(),
+              "': ", error.message(), ".");
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     if (left_by_a_dead_save(entry.path().filename().string())) fs::remove_all(entry.path(), error);
   }
@@ -180,8 +180,9 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
   fs::remove_all(temporary, error);
   file_operation();
   fs::create_directory(temporary, error);
-  REMAT_CHECK(!error && fs::is_directory(fs::symlink_status(temporary, error)), "cannot create a folder in the state directory '",
-              dir.string(), "' (", error ? error.message() : std::string("something is in the way"), ").");
+  REMAT_CHECK(!error && fs::is_directory(fs::symlink_status(temporary, error)),
+              "cannot create a folder in the state directory '", dir.string(), "' (",
+              error ? error.message() : std::string("something is in the way"), ").");
   try {
     file_operation();
     write_files(temporary);
@@ -237,22 +238,25 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
 std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
   const std::string where = c10::str(field("TrainOptions::resume_dir"));
   std::error_code error;
-  REMAT_CHECK(fs::is_directory(dir, error), where, ": '", dir.string(), "' is not a directory of saved state; pass the ",
-              "directory a state was saved to.");
+  REMAT_CHECK(fs::is_directory(dir, error), where, ": '", dir.string(),
+              "' is not a directory of saved state; pass the ", "directory a state was saved to.");
   const fs::path latest = dir / "latest";
-  REMAT_CHECK(fs::exists(fs::symlink_status(latest, error)), where, ": '", dir.string(), "' holds no saved state (no 'latest' file).");
+  REMAT_CHECK(fs::exists(fs::symlink_status(latest, error)), where, ": '", dir.string(),
+              "' holds no saved state (no 'latest' file).");
   // `latest` holds one name and a newline: a few hundred bytes at most, whatever is planted there.
   std::string name = read_regular_file(latest.string(), where + ": the state's 'latest' file", 4096);
   if (!name.empty() && name.back() == '\n') name.pop_back();
-  REMAT_CHECK(plain_component(name), where, ": '", latest.string(), "' should name one state folder (like step-000040) but holds ",
-              printable(name, 60), "; the state is corrupt. Resume from another copy.");
+  REMAT_CHECK(plain_component(name), where, ": '", latest.string(),
+              "' should name one state folder (like step-000040) but holds ", printable(name, 60),
+              "; the state is corrupt. Resume from another copy.");
   const fs::path state = dir / name;
   REMAT_CHECK(fs::is_directory(fs::symlink_status(state, error)), where, ": '", latest.string(), "' names '", name,
               "', which is not a state folder in '", dir.string(), "'; the state is corrupt.");
   nlohmann::json meta;
   const std::string meta_path = (state / "meta.json").string();
   {
-    REMAT_CHECK(fs::exists(fs::symlink_status(meta_path, error)), where, ": '", meta_path, "' is missing; the state is corrupt.");
+    REMAT_CHECK(fs::exists(fs::symlink_status(meta_path, error)), where, ": '", meta_path,
+                "' is missing; the state is corrupt.");
     // A state's meta.json lists a handful of files: 16 MiB is far beyond any real one.
     const std::string text = read_regular_file(meta_path, where + ": the state's meta.json", int64_t{16} << 20);
     // The JSON parser stops at a NUL and would accept what precedes it: a padded file is corrupt.
@@ -271,19 +275,20 @@ std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
   // Required: were a state without one accepted, deleting the key would turn the check off.
   REMAT_CHECK(meta.contains(kMetaChecksum), where, ": '", meta_path, "' has no checksum (", kMetaChecksum,
               "): it was edited, or written by a remat older than the checksum. Resume from another copy.");
-  REMAT_CHECK(meta[kMetaChecksum].is_string() && meta[kMetaChecksum].get<std::string>() == meta_checksum(meta),
-              where, ": '", meta_path, "' does not match its checksum (", printable(meta[kMetaChecksum].dump(), 40),
+  REMAT_CHECK(meta[kMetaChecksum].is_string() && meta[kMetaChecksum].get<std::string>() == meta_checksum(meta), where,
+              ": '", meta_path, "' does not match its checksum (", printable(meta[kMetaChecksum].dump(), 40),
               "): it was changed or is corrupt. Resume from another copy.");
   for (const auto& [file, info] : meta["files"].items()) {
-    REMAT_CHECK(plain_component(file) && info.is_object() && info.contains("bytes") && info["bytes"].is_number_unsigned() &&
-                    info.contains("fnv1a64") && info["fnv1a64"].is_string(),
+    REMAT_CHECK(plain_component(file) && info.is_object() && info.contains("bytes") &&
+                    info["bytes"].is_number_unsigned() && info.contains("fnv1a64") && info["fnv1a64"].is_string(),
                 where, ": '", meta_path, "' lists ", printable(file, 60),
                 " without a plain name, its size and its checksum; the state is corrupt.");
     const fs::path path = state / file;
     const FileDigest digest = digest_of_state_file(path, where + ": state file");
     const auto expected_bytes = info["bytes"].get<uint64_t>();
-    REMAT_CHECK(digest.bytes == expected_bytes, where, ": state file '", path.string(), "' has ", digest.bytes, " bytes but ",
-                expected_bytes, " were written: it is truncated or was changed. Resume from another copy.");
+    REMAT_CHECK(digest.bytes == expected_bytes, where, ": state file '", path.string(), "' has ", digest.bytes,
+                " bytes but ", expected_bytes,
+                " were written: it is truncated or was changed. Resume from another copy.");
     REMAT_CHECK(digest.fnv1a64 == info["fnv1a64"].get<std::string>(), where, ": state file '", path.string(),
                 "' does not match its checksum: it is corrupt. Resume from another copy.");
   }

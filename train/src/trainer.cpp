@@ -35,7 +35,8 @@ nlohmann::json corpus_json(const Corpus& corpus) {
 
 void check_options(const TrainOptions& o) {
   o.model.validate();
-  REMAT_CHECK(o.model.vocabulary() == 256, "the byte-level corpus needs ", field("GptConfig::vocabulary"), " 256, got ", o.model.vocabulary(), ".");
+  REMAT_CHECK(o.model.vocabulary() == 256, "the byte-level corpus needs ", field("GptConfig::vocabulary"), " 256, got ",
+              o.model.vocabulary(), ".");
   REMAT_CHECK(o.batch >= 1, field("TrainOptions::batch"), " must be at least 1, got ", o.batch, ".");
   REMAT_CHECK(o.lr > 0 && o.lr < 10, field("TrainOptions::lr"), " must be in (0, 10), got ", o.lr, ".");
   REMAT_CHECK(o.warmup_steps >= 0, field("TrainOptions::warmup_steps"), " must be >= 0, got ", o.warmup_steps, ".");
@@ -43,15 +44,17 @@ void check_options(const TrainOptions& o) {
   REMAT_CHECK(o.threads >= 1, field("TrainOptions::threads"), " must be at least 1, got ", o.threads, ".");
   REMAT_CHECK(o.plan.profile().repeats() >= 1, field("ProfileOptions::repeats"), " must be at least 1, got ",
               o.plan.profile().repeats(), ".");
-  REMAT_CHECK(o.save_every >= 0, field("TrainOptions::save_every"), " must be >= 0 (0: no periodic saves), got ", o.save_every, ".");
-  REMAT_CHECK(o.save_every == 0 || !o.save_dir.empty(),
-              field("TrainOptions::save_every"), " needs ", field("TrainOptions::save_dir"), ": say where the periodic saves go.");
+  REMAT_CHECK(o.save_every >= 0, field("TrainOptions::save_every"), " must be >= 0 (0: no periodic saves), got ",
+              o.save_every, ".");
+  REMAT_CHECK(o.save_every == 0 || !o.save_dir.empty(), field("TrainOptions::save_every"), " needs ",
+              field("TrainOptions::save_dir"), ": say where the periodic saves go.");
   REMAT_CHECK(o.keep_last >= 1, field("TrainOptions::keep_last"), " must be at least 1, got ", o.keep_last, ".");
-  REMAT_CHECK(o.micro_batch >= 0 && (o.micro_batch == 0 || o.batch % o.micro_batch == 0), field("TrainOptions::micro_batch"),
-              " must divide ", field("TrainOptions::batch"), " (", o.batch, ") so that its micro-batches are equal, got ",
-              o.micro_batch, "; 0 runs the whole batch at once.");
-  REMAT_CHECK(!o.maximize_throughput || o.plan.kind() == PlanRequest::Kind::budget, field("TrainOptions::maximize_throughput"),
-              " needs a budget (", field("PlanRequest::of_budget"), "): the micro-batch is chosen for the most throughput under it.");
+  REMAT_CHECK(o.micro_batch >= 0 && (o.micro_batch == 0 || o.batch % o.micro_batch == 0),
+              field("TrainOptions::micro_batch"), " must divide ", field("TrainOptions::batch"), " (", o.batch,
+              ") so that its micro-batches are equal, got ", o.micro_batch, "; 0 runs the whole batch at once.");
+  REMAT_CHECK(!o.maximize_throughput || o.plan.kind() == PlanRequest::Kind::budget,
+              field("TrainOptions::maximize_throughput"), " needs a budget (", field("PlanRequest::of_budget"),
+              "): the micro-batch is chosen for the most throughput under it.");
   REMAT_CHECK(!o.maximize_throughput || o.micro_batch == 0, "give ", field("TrainOptions::micro_batch"), " or ",
               field("TrainOptions::maximize_throughput"), " (which chooses it), not both.");
   REMAT_CHECK(!o.process_group || (!o.maximize_throughput && (o.micro_batch == 0 || o.micro_batch == o.batch)),
@@ -80,21 +83,25 @@ void check_fits_in_memory(const TrainOptions& o, const PlanRequest& request) {
 void check_resumable(const std::pair<fs::path, nlohmann::json>& resumed, const TrainOptions& options,
                      const Corpus& corpus) {
   const auto& meta = resumed.second;
-  REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"), field("TrainOptions::resume_dir"), ": '",
-              resumed.first.string(), "/meta.json' lacks config, step or sampler state; the state is corrupt.");
+  REMAT_CHECK(meta.contains("config") && meta.contains("step") && meta.contains("sampler"),
+              field("TrainOptions::resume_dir"), ": '", resumed.first.string(),
+              "/meta.json' lacks config, step or sampler state; the state is corrupt.");
   const auto saved = meta["config"];
   const auto wanted = gpt_config_json(options.model);
   for (const auto& [key, value] : wanted.items()) {
-    REMAT_CHECK(saved.contains(key) && saved[key] == value, field("TrainOptions::resume_dir"), ": the state in '", options.resume_dir,
-                "' was saved for a model with ", key, " ", saved.value(key, nlohmann::json()).dump(),
-                " but this run asks for ", value.dump(), ". Use the same GptConfig as the saved run.");
+    REMAT_CHECK(saved.contains(key) && saved[key] == value, field("TrainOptions::resume_dir"), ": the state in '",
+                options.resume_dir, "' was saved for a model with ", key, " ",
+                saved.value(key, nlohmann::json()).dump(), " but this run asks for ", value.dump(),
+                ". Use the same GptConfig as the saved run.");
   }
-  REMAT_CHECK(meta.value("batch", int64_t{0}) == options.batch, field("TrainOptions::resume_dir"), ": the saved run used ", field("TrainOptions::batch"), " ",
-              meta.value("batch", int64_t{0}), ", this run asks for ", options.batch, ".");
+  REMAT_CHECK(meta.value("batch", int64_t{0}) == options.batch, field("TrainOptions::resume_dir"),
+              ": the saved run used ", field("TrainOptions::batch"), " ", meta.value("batch", int64_t{0}),
+              ", this run asks for ", options.batch, ".");
   const nlohmann::json data = corpus_json(corpus);
-  REMAT_CHECK(meta.contains("data") && meta["data"] == data, field("TrainOptions::resume_dir"), ": the saved run trained on ",
-              meta.contains("data") ? meta["data"].dump() : std::string("(unrecorded data)"), ", this run on ",
-              data.dump(), ". Resume with the same ", field("TrainOptions::data_file"), " (the batches continue where they stopped).");
+  REMAT_CHECK(
+      meta.contains("data") && meta["data"] == data, field("TrainOptions::resume_dir"), ": the saved run trained on ",
+      meta.contains("data") ? meta["data"].dump() : std::string("(unrecorded data)"), ", this run on ", data.dump(),
+      ". Resume with the same ", field("TrainOptions::data_file"), " (the batches continue where they stopped).");
 }
 
 // Ranks that would train different things are stopped here, before any work: the model, the
@@ -118,7 +125,8 @@ std::pair<fs::path, nlohmann::json> load_resumed_state(const TrainOptions& o, co
     // The files loaded below, each checked by load_state_dir only where meta.json lists it.
     for (const char* file : {"model.pt", "optimizer.pt", "rng.pt"}) {
       REMAT_CHECK(resumed.second["files"].contains(file), field("TrainOptions::resume_dir"), ": the state in '",
-                  resumed.first.string(), "' lists no ", file, "; it was not saved by remat train. Resume from another copy.");
+                  resumed.first.string(), "' lists no ", file,
+                  "; it was not saved by remat train. Resume from another copy.");
     }
     check_resumable(resumed, o, corpus);
   }
@@ -134,7 +142,8 @@ void load_model_optimizer_and_rng(const fs::path& state, models::Gpt& model, tor
     at::Generator generator = at::detail::getDefaultCPUGenerator();
     generator.set_state(rng);
   } catch (const c10::Error& e) {
-    REMAT_CHECK(false, field("TrainOptions::resume_dir"), ": cannot load the state in '", state.string(), "': ", e.what_without_backtrace());
+    REMAT_CHECK(false, field("TrainOptions::resume_dir"), ": cannot load the state in '", state.string(),
+                "': ", e.what_without_backtrace());
   }
 }
 
@@ -167,8 +176,8 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
   // The global batch: the same sequences at every step whatever the number of ranks.
-  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence(),
-                                            options_.seed);
+  sampler_ =
+      std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence(), options_.seed);
 
   if (!options_.resume_dir.empty()) {
     const auto& [state, meta] = resumed;
@@ -202,11 +211,11 @@ void Trainer::choose_plan(const PlanRequest& request) {
     PlanRequest micro_request = request;
     std::optional<CostTable> micro_costs;
     if (budget && options_.maximize_throughput) {
-      const ProfiledBatches profiled = models::profile_gpt_batches(
-          model_, tokens, targets, default_profile_batches(options_.batch),
-          ProfileOptions(request.profile()).mode(request.mode()));
-      const ThroughputChoice& choice = throughput_.emplace(
-          plan_throughput(profiled.costs_at(), options_.batch, request.budget(), ThroughputOptions().planner(request.planner())));
+      const ProfiledBatches profiled =
+          models::profile_gpt_batches(model_, tokens, targets, default_profile_batches(options_.batch),
+                                      ProfileOptions(request.profile()).mode(request.mode()));
+      const ThroughputChoice& choice = throughput_.emplace(plan_throughput(
+          profiled.costs_at(), options_.batch, request.budget(), ThroughputOptions().planner(request.planner())));
       micro_batch_ = choice.chosen().micro_batch;
       micro_costs = profiled.at(micro_batch_);
       // The whole batch's budget in bytes, for the micro-batch's plan.
@@ -215,7 +224,8 @@ void Trainer::choose_plan(const PlanRequest& request) {
                           .profile(request.profile())
                           .max_replans(request.max_replans());
     }
-    const at::Tensor micro_tokens = tokens.narrow(0, 0, micro_batch_), micro_targets = targets.narrow(0, 0, micro_batch_);
+    const at::Tensor micro_tokens = tokens.narrow(0, 0, micro_batch_),
+                     micro_targets = targets.narrow(0, 0, micro_batch_);
     const ChosenPlan chosen = models::gpt_choose_plan(
         micro_request, options_.model.layers(),
         [&](const ProfileOptions& profile) {
@@ -226,8 +236,9 @@ void Trainer::choose_plan(const PlanRequest& request) {
     plan_ = chosen.plan;
     plan_source_ = chosen.source;
     if (throughput_) {
-      plan_source_ = "most throughput under budget " + request.name() + ": micro-batch " + std::to_string(micro_batch_) +
-                     " x " + std::to_string(options_.batch / micro_batch_) + ", " + chosen.source;
+      plan_source_ = "most throughput under budget " + request.name() + ": micro-batch " +
+                     std::to_string(micro_batch_) + " x " + std::to_string(options_.batch / micro_batch_) + ", " +
+                     chosen.source;
     }
     budget_plan_ = chosen.planned;
     if (budget && world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
@@ -293,19 +304,28 @@ void Trainer::save(const std::string& dir) const {
     if (dir == options_.save_dir) saved_step_ = step_;
     return;
   }
-  nlohmann::json meta = {{"format", "remat-train-state"}, {"version", 1}, {"step", step_},
-                         {"config", gpt_config_json(options_.model)}, {"batch", options_.batch},
-                         {"sampler", sampler_->state()}, {"plan", plan_.to_string()}, {"data", corpus_json(*corpus_)}};
-  save_state_dir(dir, step_, meta, [&](const fs::path& into) {
-    torch::save(model_, (into / "model.pt").string());
-    torch::save(*optimizer_, (into / "optimizer.pt").string());
-    torch::save(at::detail::getDefaultCPUGenerator().get_state(), (into / "rng.pt").string());
-  }, options_.keep_last);
+  nlohmann::json meta = {{"format", "remat-train-state"},
+                         {"version", 1},
+                         {"step", step_},
+                         {"config", gpt_config_json(options_.model)},
+                         {"batch", options_.batch},
+                         {"sampler", sampler_->state()},
+                         {"plan", plan_.to_string()},
+                         {"data", corpus_json(*corpus_)}};
+  save_state_dir(
+      dir, step_, meta,
+      [&](const fs::path& into) {
+        torch::save(model_, (into / "model.pt").string());
+        torch::save(*optimizer_, (into / "optimizer.pt").string());
+        torch::save(at::detail::getDefaultCPUGenerator().get_state(), (into / "rng.pt").string());
+      },
+      options_.keep_last);
   if (dir == options_.save_dir) saved_step_ = step_;
 }
 
 PlanVerification Trainer::verify() {
-  BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);  // the run's batches unchanged
+  BatchSampler first(*corpus_, options_.batch, options_.model.sequence(),
+                     options_.seed);  // the run's batches unchanged
   auto [tokens, targets] = first.next();
   chain_->set_targets(targets.narrow(0, 0, micro_batch_));
   return verify_plan(*chain_, plan_, tokens.narrow(0, 0, micro_batch_));

@@ -58,10 +58,10 @@ namespace detail {
 
 /// Throws a `c10::Error` (a `remat::FieldError` when it names fields) with "remat: " and the
 /// streamed message parts when `cond` is false.
-#define REMAT_CHECK(cond, ...)                                                                               \
-  do {                                                                                                       \
-    if (C10_UNLIKELY(!(cond))) {                                                                             \
-      ::remat::detail::throw_error(__func__, __FILE__, static_cast<uint32_t>(__LINE__),                      \
-                                   ::c10::str("remat: ", __VA_ARGS__));                                     \
-    }                                                                                                        \
+#define REMAT_CHECK(cond, ...)                                                          \
+  do {                                                                                  \
+    if (C10_UNLIKELY(!(cond))) {                                                        \
+      ::remat::detail::throw_error(__func__, __FILE__, static_cast<uint32_t>(__LINE__), \
+                                   ::c10::str("remat: ", __VA_ARGS__));                 \
+    }                                                                                   \
   } while (false)

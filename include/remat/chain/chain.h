@@ -26,7 +26,7 @@ namespace remat {
 inline const char* const kSelectiveOption = "sac";
 
 struct StageInfo {
-  std::string name;                  ///< unique in the chain, e.g. "conv3" or "layer11"
+  std::string name;  ///< unique in the chain, e.g. "conv3" or "layer11"
   /// The block it belongs to, for policies that checkpoint whole blocks ("every:2"): consecutive
   /// stages with one index form a block; -1 for stages outside any block (an input embedding, a loss).
   int64_t block = -1;

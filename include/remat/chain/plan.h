@@ -24,8 +24,8 @@
 namespace remat {
 
 struct PlanItem {
-  int64_t stage = -1;              ///< >= 0: run this stage; -1: checkpoint `segment`
-  std::vector<PlanItem> segment;   ///< the checkpointed segment's inner plan
+  int64_t stage = -1;             ///< >= 0: run this stage; -1: checkpoint `segment`
+  std::vector<PlanItem> segment;  ///< the checkpointed segment's inner plan
 
   static PlanItem run(int64_t stage) { return PlanItem{stage, {}}; }
   static PlanItem checkpointed(std::vector<PlanItem> items) { return PlanItem{-1, std::move(items)}; }
@@ -39,7 +39,7 @@ struct Plan {
   std::string granularity;               ///< the chain's (Chain::granularity)
   std::vector<std::string> stage_names;  ///< the chain's stage names, in order
   std::vector<PlanItem> items;
-  std::vector<std::string> options;      ///< one per stage
+  std::vector<std::string> options;  ///< one per stage
   /// Each stage's default option (the chain's options[0]), which the compact form leaves out;
   /// empty when unknown (a plan file that does not record them), and then every option is shown.
   std::vector<std::string> default_options;

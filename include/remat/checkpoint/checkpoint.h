@@ -94,12 +94,10 @@ using TensorListFunction = std::function<std::vector<at::Tensor>(const std::vect
 
 /// Checkpoints a function of several tensors returning several tensors. Inputs may be undefined
 /// or not require grad; outputs may be integer (non-differentiable), undefined or unused.
-std::vector<at::Tensor> checkpoint(const TensorListFunction& fn,
-                                   const std::vector<at::Tensor>& inputs,
+std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options = {});
 
 /// Checkpoints a function of one tensor returning one tensor.
-at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input,
-                      const CheckpointOptions& options = {});
+at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input, const CheckpointOptions& options = {});
 
 }  // namespace remat

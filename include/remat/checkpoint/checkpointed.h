@@ -9,7 +9,6 @@
 // (BatchNorm running statistics) are restored after each recompute: they update once per step.
 #pragma once
 
-
 #include <cstdint>
 #include <ostream>
 #include <utility>
@@ -48,8 +47,7 @@ class CheckpointedImpl : public torch::nn::Module {
   void pretty_print(std::ostream& stream) const override;
 
  private:
-  CheckpointedImpl(std::shared_ptr<torch::nn::Module> module, TensorFunction forward,
-                   CheckpointOptions options);
+  CheckpointedImpl(std::shared_ptr<torch::nn::Module> module, TensorFunction forward, CheckpointOptions options);
 
   std::shared_ptr<torch::nn::Module> module_;
   TensorFunction forward_;
@@ -69,7 +67,7 @@ std::vector<std::pair<int64_t, int64_t>> checkpoint_sequential_segments(int64_t 
 /// segments−1 checkpointed and the rest run plainly, as PyTorch's `checkpoint_sequential`.
 /// `segments` must be in [1, n]; 1 checkpoints nothing. (The rule: checkpoint_sequential_segments,
 /// policies.h, which the `segments:K` policy shares.)
-at::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments,
-                                 const at::Tensor& input, const CheckpointOptions& options = {});
+at::Tensor checkpoint_sequential(const torch::nn::Sequential& sequential, int64_t segments, const at::Tensor& input,
+                                 const CheckpointOptions& options = {});
 
 }  // namespace remat

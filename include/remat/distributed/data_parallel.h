@@ -111,8 +111,8 @@ struct SynchronizerOptions {
 
 /// What one synchronised step cost in communication.
 struct SyncStats {
-  double wait_seconds = 0;     ///< finish() blocked on communication
-  int buckets = 0;             ///< reduced this step
+  double wait_seconds = 0;          ///< finish() blocked on communication
+  int buckets = 0;                  ///< reduced this step
   int buckets_during_backward = 0;  ///< of them, started from hooks before finish()
   int buckets_reduced_again = 0;    ///< a gradient fired more often than in the first step
 };

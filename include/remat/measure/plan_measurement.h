@@ -79,8 +79,8 @@ PairedRatio paired_time_ratios(const PlanMeasurement& plan, const PlanMeasuremen
 
 /// Of `candidates` (indices into `measured`), the one with the least paired time ratio to
 /// `measured[baseline]` among those whose measured activation peak is at most `budget_bytes`.
-std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured, const std::vector<size_t>& candidates,
-                                      int64_t budget_bytes, size_t baseline);
+std::optional<size_t> fastest_fitting(const std::vector<PlanMeasurement>& measured,
+                                      const std::vector<size_t>& candidates, int64_t budget_bytes, size_t baseline);
 
 /// How far one tensor of a planned step is from the unchecked step's.
 struct TensorDifference {
@@ -94,7 +94,7 @@ struct TensorDifference {
 /// by design (a fused kernel, another dropout generator) are their own stage's business, tested
 /// where they are defined.
 struct PlanVerification {
-  double output_max_abs_difference = 0;    ///< of the chain's output (the loss)
+  double output_max_abs_difference = 0;     ///< of the chain's output (the loss)
   std::vector<TensorDifference> gradients;  ///< one per parameter, in stage order
   std::vector<TensorDifference> buffers;    ///< one per buffer the stages update, after the step
   bool identical = false;                   ///< output, gradients and buffers equal element for element

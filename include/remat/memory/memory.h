@@ -78,7 +78,6 @@ void check_fits_in_machine_memory(double bytes, const std::string& what, const s
 
 /// Runs `forward` (returning a scalar loss), then backward on the loss, measuring memory on
 /// `device` and wall time (synchronising CUDA before reading the clock).
-StepMeasurement measure_step(const std::function<at::Tensor()>& forward,
-                             c10::Device device = c10::kCPU);
+StepMeasurement measure_step(const std::function<at::Tensor()>& forward, c10::Device device = c10::kCPU);
 
 }  // namespace remat

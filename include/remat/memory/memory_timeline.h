@@ -38,8 +38,8 @@ class StepPhaseScope {
 };
 
 struct MemoryEvent {
-  double seconds = 0;   ///< since the timeline started
-  int64_t bytes = 0;    ///< held on the device after the event
+  double seconds = 0;  ///< since the timeline started
+  int64_t bytes = 0;   ///< held on the device after the event
   StepPhase phase = StepPhase::idle;
 };
 

@@ -27,7 +27,7 @@ class Budget {
   static Budget parse(const std::string& text);
 
   Budget(const char* text) : Budget(parse(text == nullptr ? std::string() : std::string(text))) {}  // NOLINT
-  Budget(const std::string& text) : Budget(parse(text)) {}  // NOLINT
+  Budget(const std::string& text) : Budget(parse(text)) {}                                          // NOLINT
   /// No integer conversion: the unit would be a guess (see the top of this header).
   template <typename Integer, typename = std::enable_if_t<std::is_arithmetic<Integer>::value>>
   Budget(Integer) = delete;

@@ -123,10 +123,10 @@ struct CostTable {
 
 /// What the simulator predicts for a plan.
 struct Prediction {
-  int64_t peak_bytes = 0;     ///< activation peak, relative to what is held before the forward
-  double step_seconds = 0;    ///< forward + backward + recomputes
+  int64_t peak_bytes = 0;   ///< activation peak, relative to what is held before the forward
+  double step_seconds = 0;  ///< forward + backward + recomputes
   int64_t recomputed_stages = 0;
-  int64_t segments = 0;           ///< checkpointed segments the plan runs
+  int64_t segments = 0;  ///< checkpointed segments the plan runs
   /// The half-width of an approximate 95% interval of step_seconds, from the stages' and the
   /// segments' spreads (StageCost::spread_seconds scaled to what the plan charges each stage;
   /// stages independent, segments alike).

@@ -35,9 +35,9 @@ struct MeasuredPlan {
 };
 
 struct BudgetComparison {
-  PlanResult optimal;    ///< the planner's result for the budget (predictions)
-  MeasuredPlan measured; ///< its plan, as measured
-  bool fits = false;     ///< measured activation peak <= the budget
+  PlanResult optimal;     ///< the planner's result for the budget (predictions)
+  MeasuredPlan measured;  ///< its plan, as measured
+  bool fits = false;      ///< measured activation peak <= the budget
   /// Index into MeasuredComparison::policies of the fastest policy measured to fit; none when none fits.
   std::optional<size_t> best_policy;
   /// The optimal plan's paired step-time ratio to that policy's (1 when none fits): <= 1, no slower.

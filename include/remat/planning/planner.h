@@ -71,11 +71,11 @@ struct MeasuredChoice {
 /// What a planner chose for one budget.
 struct PlanResult {
   PlannerKind planner = PlannerKind::optimal;
-  std::string name;        ///< the policy for PlannerKind::policy; otherwise to_string(planner)
-  bool feasible = false;   ///< predicted to fit the budget
-  Plan plan;               ///< the choice; for the optimal planner empty when infeasible
-  Prediction prediction;   ///< the simulator's, for `plan`
-  Prediction unchecked;    ///< the simulator's, for the plan that checkpoints nothing
+  std::string name;       ///< the policy for PlannerKind::policy; otherwise to_string(planner)
+  bool feasible = false;  ///< predicted to fit the budget
+  Plan plan;              ///< the choice; for the optimal planner empty when infeasible
+  Prediction prediction;  ///< the simulator's, for `plan`
+  Prediction unchecked;   ///< the simulator's, for the plan that checkpoints nothing
   int64_t budget_bytes = 0;
   /// The least budget for which this planner finds a plan (the predicted peak of its least-memory
   /// plan; for the optimal planner on a grid within 0.2% of that peak); -1 when it finds none.

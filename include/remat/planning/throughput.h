@@ -83,7 +83,7 @@ ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_ba
 /// One micro-batch's plan and, where it fits, the unchecked plan, as run.
 struct MeasuredMicroBatch {
   int64_t micro_batch = 0;
-  PlanMeasurement planned;                  ///< the frontier's plan (absent where none fits)
+  PlanMeasurement planned;                   ///< the frontier's plan (absent where none fits)
   std::optional<PlanMeasurement> unchecked;  ///< where checkpointing nothing fits the budget
   double samples_per_second = 0, unchecked_samples_per_second = 0;
 };

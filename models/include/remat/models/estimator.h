@@ -18,10 +18,10 @@
 namespace remat::models {
 
 struct EstimateOptions {
-  std::string dtype = "fp32";       ///< fp32, bf16 or fp16: bytes per activation element
+  std::string dtype = "fp32";  ///< fp32, bf16 or fp16: bytes per activation element
   int64_t batch = 1;
   GptGranularity granularity = GptGranularity::block;
-  double flops_per_second = 1e11;   ///< turns FLOPs into the cost table's seconds
+  double flops_per_second = 1e11;  ///< turns FLOPs into the cost table's seconds
   /// Bytes per dropout-mask element: 1 as in Megatron's fused kernels; LibTorch 1.13's CPU dropout
   /// keeps a noise tensor of the activation dtype instead (pass 0 to use the element size).
   int64_t dropout_mask_bytes = 1;
@@ -37,22 +37,22 @@ struct EstimateOptions {
 };
 
 struct OpEstimate {
-  std::string half;   ///< "attention" or "mlp"
-  std::string what;   ///< the kept tensor and the operation that keeps it
-  int64_t kept_bytes = 0;        ///< under option "full"
+  std::string half;        ///< "attention" or "mlp"
+  std::string what;        ///< the kept tensor and the operation that keeps it
+  int64_t kept_bytes = 0;  ///< under option "full"
   double forward_flops = 0;
   int64_t fused_kept_bytes = 0;  ///< under option "fused": no attention map, no dropout mask
 };
 
 struct GptEstimate {
-  std::vector<OpEstimate> block_ops;  ///< one block
-  int64_t block_bytes = 0;            ///< sum of block_ops, option "full"
-  int64_t fused_block_bytes = 0;      ///< sum of block_ops, option "fused"
-  int64_t published_block_bytes = 0;  ///< s·b·h·(34 + 5·a·s/h), the 16-bit published figure
+  std::vector<OpEstimate> block_ops;      ///< one block
+  int64_t block_bytes = 0;                ///< sum of block_ops, option "full"
+  int64_t fused_block_bytes = 0;          ///< sum of block_ops, option "fused"
+  int64_t published_block_bytes = 0;      ///< s·b·h·(34 + 5·a·s/h), the 16-bit published figure
   int64_t published_linear_bytes = 0;     ///< its first term, s·b·h·34
   int64_t published_attention_bytes = 0;  ///< its second term, 5·a·s²·b: the attention maps
   double block_forward_flops = 0;
-  CostTable costs;                    ///< for the whole chain at the chosen granularity
+  CostTable costs;  ///< for the whole chain at the chosen granularity
 };
 
 int64_t element_bytes(const std::string& dtype);

@@ -84,7 +84,6 @@ struct GptConfig {
   TORCH_ARG(double, dropout) = 0.1;
 
  public:
-
   /// Throws a clear error for impossible configurations (heads not dividing hidden, sizes beyond
   /// any machine: more than 100,000 layers, a hidden size, sequence or vocabulary over 2^24, ...).
   void validate() const;
@@ -127,9 +126,9 @@ class GptImpl : public torch::nn::Module {
  public:
   explicit GptImpl(const GptConfig& config);
 
-  at::Tensor embed(const at::Tensor& tokens);                            // (B,T) int64 -> (B,T,C)
-  at::Tensor logits(const at::Tensor& x);                                // (B,T,C) -> (B,T,V)
-  at::Tensor loss(const at::Tensor& x, const at::Tensor& targets);       // (B,T,C), (B,T) -> scalar
+  at::Tensor embed(const at::Tensor& tokens);                       // (B,T) int64 -> (B,T,C)
+  at::Tensor logits(const at::Tensor& x);                           // (B,T,C) -> (B,T,V)
+  at::Tensor loss(const at::Tensor& x, const at::Tensor& targets);  // (B,T,C), (B,T) -> scalar
   /// The plain forward: tokens (B,T) and targets (B,T) to the mean cross-entropy.
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& targets);
 

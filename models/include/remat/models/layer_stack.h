@@ -26,9 +26,9 @@ class ResidualLayerImpl : public torch::nn::Module {
         drop(register_module("drop", torch::nn::Dropout(dropout))) {}
 
   at::Tensor forward(const at::Tensor& x) {  // x: (B, T, C)
-    at::Tensor h = up(norm(x));                                  // (B, T, 4C)
-    h = torch::nn::functional::gelu(h);                          // (B, T, 4C)
-    return x + drop(down(h));                                    // (B, T, C)
+    at::Tensor h = up(norm(x));              // (B, T, 4C)
+    h = torch::nn::functional::gelu(h);      // (B, T, 4C)
+    return x + drop(down(h));                // (B, T, C)
   }
 
   torch::nn::LayerNorm norm;

@@ -10,8 +10,8 @@ namespace remat::train {
 
 /// {"layers", "hidden", "heads", "sequence", "vocabulary", "dropout"}: GptConfig's fields by name.
 inline nlohmann::json gpt_config_json(const models::GptConfig& c) {
-  return {{"layers", c.layers()},         {"hidden", c.hidden()},         {"heads", c.heads()},
-          {"sequence", c.sequence()},     {"vocabulary", c.vocabulary()}, {"dropout", c.dropout()}};
+  return {{"layers", c.layers()},     {"hidden", c.hidden()},         {"heads", c.heads()},
+          {"sequence", c.sequence()}, {"vocabulary", c.vocabulary()}, {"dropout", c.dropout()}};
 }
 
 }  // namespace remat::train

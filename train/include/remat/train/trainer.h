@@ -32,10 +32,10 @@ namespace remat::train {
 struct TrainOptions {
   models::GptConfig model;
   int64_t batch = 8;
-  double lr = 1e-3;             ///< peak learning rate, reached after `warmup_steps`
-  int64_t warmup_steps = 20;    ///< linear warm-up from lr/warmup to lr
+  double lr = 1e-3;           ///< peak learning rate, reached after `warmup_steps`
+  int64_t warmup_steps = 20;  ///< linear warm-up from lr/warmup to lr
   double weight_decay = 0.01;
-  int64_t steps = 100;          ///< steps this run performs (a resumed run continues its count)
+  int64_t steps = 100;  ///< steps this run performs (a resumed run continues its count)
   /// The plan the run trains under: a GPT policy (models/gpt_policies.h), a saved plan
   /// (PlanRequest::of_plan_file) or the optimal plan for an activation budget, profiled on the
   /// run's first batch; with its checkpoint mode, the planner's grid and the profile's repeats.
@@ -49,12 +49,12 @@ struct TrainOptions {
   bool maximize_throughput = false;
   int threads = std::min(2, usable_cpus());  ///< 2, or 1 where the process may use one CPU only
   uint64_t seed = 0;
-  std::string data_file;                            ///< empty: the default corpus
-  std::string corpus_dir = kDefaultCorpusDir;       ///< where the default corpus lives
-  std::string resume_dir;                           ///< continue from this saved state
-  std::string save_dir;   ///< where save() and periodic saves write (remat/train/state_dir.h)
-  int64_t save_every = 0;  ///< > 0: step() saves to save_dir after every this many global steps
-  int keep_last = 1;       ///< saved states kept in save_dir, the newest; older ones are removed
+  std::string data_file;                       ///< empty: the default corpus
+  std::string corpus_dir = kDefaultCorpusDir;  ///< where the default corpus lives
+  std::string resume_dir;                      ///< continue from this saved state
+  std::string save_dir;                        ///< where save() and periodic saves write (remat/train/state_dir.h)
+  int64_t save_every = 0;                      ///< > 0: step() saves to save_dir after every this many global steps
+  int keep_last = 1;                           ///< saved states kept in save_dir, the newest; older ones are removed
   /// Data-parallel training: this process is one rank of the group. `batch` is then per rank: step
   /// t's global batch (batch x ranks sequences) is the same whatever the number of ranks, and rank r
   /// trains on its r-th slice; gradients are averaged (remat/distributed/data_parallel.h); rank 0 alone saves.
@@ -63,9 +63,9 @@ struct TrainOptions {
 };
 
 struct StepRecord {
-  int64_t step = 0;                 ///< global step number, from 1
+  int64_t step = 0;  ///< global step number, from 1
   double loss = 0;
-  double seconds = 0;               ///< forward + backward + optimiser update
+  double seconds = 0;  ///< forward + backward + optimiser update
   int64_t activation_peak_bytes = 0;
   int64_t tokens = 0;                ///< over all ranks
   double communication_seconds = 0;  ///< waiting for gradients from the other ranks after backward
@@ -74,7 +74,7 @@ struct StepRecord {
 struct CompareResult {
   int64_t plan_activation_peak_bytes = 0, none_activation_peak_bytes = 0;
   double plan_step_seconds = 0, none_step_seconds = 0;  ///< medians, interleaved steps
-  double step_time_ratio = 0;  ///< plan / none, paired per round (remat::paired_time_ratio)
+  double step_time_ratio = 0;                           ///< plan / none, paired per round (remat::paired_time_ratio)
 };
 
 class Trainer {
@@ -134,7 +134,8 @@ class Trainer {
   int64_t micro_batch_ = 0;
   std::optional<ThroughputChoice> throughput_;
   /// This rank's slice of a global batch.
-  std::pair<at::Tensor, at::Tensor> local_batch(std::pair<at::Tensor, at::Tensor> global) const;  ///< the global step last saved to save_dir
+  std::pair<at::Tensor, at::Tensor> local_batch(
+      std::pair<at::Tensor, at::Tensor> global) const;  ///< the global step last saved to save_dir
   std::string threads_description_;
 };
 
