@@ -353,6 +353,10 @@ TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
     }
   }
   ASSERT_TRUE(planned->calibrated());
+  SCOPED_TRACE("plan " + planned->plan().to_string() + " (" + to_string(planned->plan().mode) + ")");
+  for (size_t i = 0; i < plain->parameters().size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(plain->parameters()[i], planned->parameters()[i])) << "calibration left parameter " << i;
+  }
   EXPECT_LE(planned->budget_plan().prediction.peak_bytes, planned->budget_plan().budget_bytes);
   EXPECT_GE(count_segments(planned->plan().items), 1) << planned->plan().to_string();
   remat::testing::expect_same_grads(remat::testing::parameter_grads(*plain), remat::testing::parameter_grads(*planned));

@@ -137,8 +137,18 @@ int ProcessGroup::rank() const { return impl_->rank; }
 int ProcessGroup::world_size() const { return impl_->world_size; }
 std::chrono::milliseconds ProcessGroup::timeout() const { return impl_->timeout; }
 
-std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
-  auto impl = std::make_unique<Impl>();
+namespace {
+
+// Where and how the ranks meet: from the options, else from the environment torchrun sets.
+struct Rendezvous {
+  int rank = 0, world = 1;
+  std::chrono::milliseconds timeout{0};
+  std::string addr;
+  int64_t port = -1;
+};
+
+Rendezvous rendezvous_of(const JoinOptions& options) {
+  Rendezvous r;
   const int64_t world = options.world_size() > 0 ? options.world_size() : env_int("WORLD_SIZE", -1, 1, 1 << 20);
   REMAT_CHECK(world >= 1,
               "distributed: WORLD_SIZE is not set. Launch with torchrun (or distributed::launch_local), or set "
@@ -146,57 +156,62 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   const int64_t rank = options.rank() >= 0 ? options.rank() : env_int("RANK", -1, 0, world - 1);
   REMAT_CHECK(rank >= 0 && rank < world, "distributed: RANK must be set to a number in [0, WORLD_SIZE) = [0, ", world,
               "), got ", rank < 0 && env("RANK") == nullptr ? std::string("nothing") : std::to_string(rank), ".");
-  impl->rank = static_cast<int>(rank);
-  impl->world_size = static_cast<int>(world);
-  impl->timeout = options.timeout().count() > 0
-                      ? options.timeout()
-                      : std::chrono::milliseconds(1000 * env_int("REMAT_DIST_TIMEOUT", 300, 1, 7 * 24 * 3600));
-  std::string addr =
-      !options.master_addr().empty() ? options.master_addr() : (env("MASTER_ADDR") ? env("MASTER_ADDR") : "");
-  const int64_t port = options.master_port() > 0 ? options.master_port() : env_int("MASTER_PORT", -1, 1, 65535);
-  REMAT_CHECK(world == 1 || (!addr.empty() && port > 0), "distributed: MASTER_ADDR and MASTER_PORT must name rank 0's ",
-              "machine and a free port (e.g. MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 on one machine); got '", addr,
-              "' and ", port < 0 ? std::string("nothing") : std::to_string(port), ".");
-  if (addr.empty()) addr = "127.0.0.1";
+  r.rank = static_cast<int>(rank);
+  r.world = static_cast<int>(world);
+  r.timeout = options.timeout().count() > 0
+                  ? options.timeout()
+                  : std::chrono::milliseconds(1000 * env_int("REMAT_DIST_TIMEOUT", 300, 1, 7 * 24 * 3600));
+  r.addr = !options.master_addr().empty() ? options.master_addr() : (env("MASTER_ADDR") ? env("MASTER_ADDR") : "");
+  r.port = options.master_port() > 0 ? options.master_port() : env_int("MASTER_PORT", -1, 1, 65535);
+  REMAT_CHECK(world == 1 || (!r.addr.empty() && r.port > 0), "distributed: MASTER_ADDR and MASTER_PORT must name ",
+              "rank 0's machine and a free port (e.g. MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 on one machine); got '",
+              r.addr, "' and ", r.port < 0 ? std::string("nothing") : std::to_string(r.port), ".");
+  if (r.addr.empty()) r.addr = "127.0.0.1";
+  return r;
+}
 
-  // The store: torchrun's agent hosts it when it says so; otherwise rank 0 does.
+// The store: torchrun's agent hosts it when it says so; otherwise rank 0 does.
+c10::intrusive_ptr<c10d::Store> connect_store(const Rendezvous& r) {
   const bool agent_store =
       env("TORCHELASTIC_USE_AGENT_STORE") != nullptr && std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
   c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(port > 0 ? port : 29500);
-  store_options.isServer = !agent_store && rank == 0;
-  store_options.numWorkers = static_cast<std::size_t>(world);
+  store_options.port = static_cast<std::uint16_t>(r.port > 0 ? r.port : 29500);
+  store_options.isServer = !agent_store && r.rank == 0;
+  store_options.numWorkers = static_cast<std::size_t>(r.world);
   store_options.waitWorkers = false;  // the Gloo rendezvous below waits for everyone, under the timeout
-  store_options.timeout = impl->timeout;
+  store_options.timeout = r.timeout;
   detail::use_classic_tcp_store_backend(store_options);  // Debian's LibTorch 2.x has no libuv
   auto unreachable = [&](const std::string& reason) {
-    REMAT_CHECK(false, "distributed: rank ", rank, " cannot reach the store at ", addr, ":", port, " (", reason,
-                ") within ", impl->timeout.count() / 1000, " s: is rank 0 running, and do MASTER_ADDR and MASTER_PORT ",
+    REMAT_CHECK(false, "distributed: rank ", r.rank, " cannot reach the store at ", r.addr, ":", r.port, " (", reason,
+                ") within ", r.timeout.count() / 1000, " s: is rank 0 running, and do MASTER_ADDR and MASTER_PORT ",
                 "name its machine and port?");
   };
   if (!store_options.isServer) {
-    const std::string reason = wait_until_accepting(addr, store_options.port, Clock::now() + impl->timeout);
+    const std::string reason = wait_until_accepting(r.addr, store_options.port, Clock::now() + r.timeout);
     if (!reason.empty()) unreachable(reason);
   }
   try {
-    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(addr, store_options);
-    impl->store = tcp;
-    if (agent_store) {  // torchrun's keys live under its prefix (torch/distributed/rendezvous.py)
-      const int64_t restart = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
-      impl->store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(restart), tcp);
-    }
+    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(r.addr, store_options);
+    if (!agent_store) return tcp;
+    // torchrun's keys live under its prefix (torch/distributed/rendezvous.py)
+    const int64_t restart = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0, 1 << 20);
+    return c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(restart), tcp);
   } catch (const std::exception& e) {
     const std::string reason = first_line(e);
-    REMAT_CHECK(!store_options.isServer, "distributed: rank 0 cannot host the store on port ", port, " (", reason,
-                "): the port is taken or not allowed (choose another MASTER_PORT), or MASTER_ADDR (", addr,
+    REMAT_CHECK(!store_options.isServer, "distributed: rank 0 cannot host the store on port ", r.port, " (", reason,
+                "): the port is taken or not allowed (choose another MASTER_PORT), or MASTER_ADDR (", r.addr,
                 ") is not an address of this machine that it can reach.");
     unreachable(reason);
   }
+  return {};
+}
 
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(impl->timeout);
+c10::intrusive_ptr<c10d::ProcessGroupGloo> connect_gloo(const c10::intrusive_ptr<c10d::Store>& store,
+                                                        const Rendezvous& r) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(r.timeout);
   if (const char* interface = env("GLOO_SOCKET_IFNAME")) {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(interface));
-  } else if (is_loopback(addr)) {
+  } else if (is_loopback(r.addr)) {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   } else {
     gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
@@ -204,18 +219,31 @@ std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
   gloo_options->threads = 2;
   const auto meeting = Clock::now();
   try {
-    impl->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(impl->store, impl->rank, impl->world_size, gloo_options);
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, r.rank, r.world, gloo_options);
   } catch (const std::exception& e) {
     // Well before the timeout it is not a missing rank but a connection Gloo could not make.
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - meeting);
-    REMAT_CHECK(waited < impl->timeout / 2, "distributed: rank ", rank, " of ", world,
-                ": the ranks did not all meet within ", impl->timeout.count() / 1000, " s (", first_line(e),
-                "). Start all ", world, " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE.");
-    REMAT_CHECK(false, "distributed: rank ", rank, " of ", world, ": Gloo could not connect the ranks (", first_line(e),
-                ") after ", waited.count() / 1000.0, " s, before the ", impl->timeout.count() / 1000,
-                " s timeout: check that MASTER_ADDR (", addr, ") is an address of rank 0's machine that every rank ",
-                "can reach, or name the network interface with GLOO_SOCKET_IFNAME.");
+    REMAT_CHECK(waited < r.timeout / 2, "distributed: rank ", r.rank, " of ", r.world,
+                ": the ranks did not all meet within ", r.timeout.count() / 1000, " s (", first_line(e),
+                "). Start all ", r.world, " ranks with the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE.");
+    REMAT_CHECK(false, "distributed: rank ", r.rank, " of ", r.world, ": Gloo could not connect the ranks (",
+                first_line(e), ") after ", waited.count() / 1000.0, " s, before the ", r.timeout.count() / 1000,
+                " s timeout: check that MASTER_ADDR (", r.addr, ") is an address of rank 0's machine that every ",
+                "rank can reach, or name the network interface with GLOO_SOCKET_IFNAME.");
   }
+  return {};
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> ProcessGroup::join(const JoinOptions& options) {
+  const Rendezvous r = rendezvous_of(options);
+  auto impl = std::make_unique<Impl>();
+  impl->rank = r.rank;
+  impl->world_size = r.world;
+  impl->timeout = r.timeout;
+  impl->store = connect_store(r);
+  impl->gloo = connect_gloo(impl->store, r);
   return std::shared_ptr<ProcessGroup>(new ProcessGroup(std::move(impl)));
 }
 

@@ -41,6 +41,52 @@ struct Strategy {
   StepMeasurement last;
 };
 
+// One warm-up round, then `steps` measured ones, each strategy one step per round.
+void measure_strategies(std::vector<Strategy>& strategies, models::LayerStack& stack, const at::Tensor& input,
+                        int64_t steps) {
+  Progress progress("round", steps + 1, steps + 1);
+  for (int64_t step = -1; step < steps; ++step) {
+    progress.update(step + 2, step < 0 ? "warm-up" : "measured");
+    for (auto& s : strategies) {
+      stack->zero_grad();
+      input.mutable_grad().reset();
+      s.last = measure_step([&] { return s.forward(input).pow(2).mean(); });
+      if (step >= 0) s.step_seconds.push_back(s.last.step_seconds);
+    }
+  }
+}
+
+// The strategies' bytes and times against the first (none); the JSON too under --json.
+void print_strategies(const std::vector<Strategy>& strategies, int64_t steps, bool json, std::ostream& out) {
+  const auto& none = strategies.front();
+  PlanMeasurement none_steps;
+  none_steps.all_step_seconds = none.step_seconds;
+  Table table({{"strategy", "strategy"},
+               {"held_after_forward_bytes", "held after forward"},
+               {"activation_peak_bytes", "activation peak"},
+               {"peak_saved_fraction", "peak saved"},
+               {"median_step_seconds", "step s (median)"},
+               {"step_time_ratio", "time vs none"}});
+  for (const auto& s : strategies) {
+    const double saved = 1.0 - static_cast<double>(s.last.activation_peak_bytes()) /
+                                   static_cast<double>(none.last.activation_peak_bytes());
+    PlanMeasurement measured;
+    measured.all_step_seconds = s.step_seconds;
+    const double ratio = paired_time_ratio(measured, none_steps);  // per round: drift cancels
+    table.add_row(
+        {s.name,
+         {format_bytes(s.last.activation_bytes_at_end_of_forward()), s.last.activation_bytes_at_end_of_forward()},
+         {format_bytes(s.last.activation_peak_bytes()), s.last.activation_peak_bytes()},
+         {fixed(100.0 * saved, 1) + "%", saved},
+         {fixed(median(s.step_seconds), 3), median(s.step_seconds)},
+         {fixed(ratio, 2) + "x", ratio}});
+  }
+  table.print(out);
+  if (json) std::cout << nlohmann::json{{"strategies", table.json()}, {"measured_steps", steps}}.dump(2) << "\n";
+  out << "Activation figures are exact bytes from the tracking allocator, relative to what was held before the "
+         "forward.\n";
+}
+
 void run_demo(DemoFlags& flags) {
   flags.model.apply_preset();
   const auto& m = flags.model.options.model;
@@ -88,47 +134,8 @@ void run_demo(DemoFlags& flags) {
       << ", GELU, Linear, dropout " << o.dropout << "), input " << o.batch << "x" << o.tokens << "x" << o.channels
       << " fp32, " << threads << ", " << o.steps << " measured steps per strategy after one warm-up, interleaved\n";
   const at::Tensor input = x.clone().requires_grad_(true);
-  {
-    Progress progress("round", o.steps + 1, o.steps + 1);
-    for (int64_t step = -1; step < o.steps; ++step) {
-      progress.update(step + 2, step < 0 ? "warm-up" : "measured");
-      for (auto& s : strategies) {
-        stack->zero_grad();
-        input.mutable_grad().reset();
-        s.last = measure_step([&] { return s.forward(input).pow(2).mean(); });
-        if (step >= 0) s.step_seconds.push_back(s.last.step_seconds);
-      }
-    }
-  }
-
-  const auto& none = strategies.front();
-  PlanMeasurement none_steps;
-  none_steps.all_step_seconds = none.step_seconds;
-  Table table({{"strategy", "strategy"},
-               {"held_after_forward_bytes", "held after forward"},
-               {"activation_peak_bytes", "activation peak"},
-               {"peak_saved_fraction", "peak saved"},
-               {"median_step_seconds", "step s (median)"},
-               {"step_time_ratio", "time vs none"}});
-  for (const auto& s : strategies) {
-    const double saved = 1.0 - static_cast<double>(s.last.activation_peak_bytes()) /
-                                   static_cast<double>(none.last.activation_peak_bytes());
-    PlanMeasurement steps;
-    steps.all_step_seconds = s.step_seconds;
-    const double ratio = paired_time_ratio(steps, none_steps);  // per round: drift cancels
-    table.add_row(
-        {s.name,
-         {format_bytes(s.last.activation_bytes_at_end_of_forward()), s.last.activation_bytes_at_end_of_forward()},
-         {format_bytes(s.last.activation_peak_bytes()), s.last.activation_peak_bytes()},
-         {fixed(100.0 * saved, 1) + "%", saved},
-         {fixed(median(s.step_seconds), 3), median(s.step_seconds)},
-         {fixed(ratio, 2) + "x", ratio}});
-  }
-  table.print(out);
-  if (flags.json)
-    std::cout << nlohmann::json{{"strategies", table.json()}, {"measured_steps", o.steps}}.dump(2) << "\n";
-  out << "Activation figures are exact bytes from the tracking allocator, relative to what was held before the "
-         "forward.\n";
+  measure_strategies(strategies, stack, input, o.steps);
+  print_strategies(strategies, o.steps, flags.json, out);
 }
 
 }  // namespace
