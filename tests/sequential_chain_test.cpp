@@ -3,6 +3,7 @@
 // the planner makes, models left untouched by profiling, and clear errors for what cannot work.
 #include <map>
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -43,6 +44,16 @@ nn::Sequential convnet() {
                         nn::Conv2d(nn::Conv2dOptions(8, 8, 3).padding(1)), nn::BatchNorm2d(8), nn::ReLU(),
                         nn::Flatten(), nn::Linear(8 * 16 * 16, 10));
 }
+
+// Debian's LibTorch 2.6 runs these nets' convolutions through oneDNN, which on some CPUs (AMD EPYC
+// with AVX-512, two threads) is not reproducible: two plain runs differ, even by NaN, without remat
+// (docs/results.md). Tests comparing two runs bitwise need a reproducible reference: LibTorch's own
+// convolution, for the test's duration.
+struct ReproducibleConvolutions {
+  bool was = at::globalContext().userEnabledMkldnn();
+  ReproducibleConvolutions() { at::globalContext().setUserEnabledMkldnn(false); }
+  ~ReproducibleConvolutions() { at::globalContext().setUserEnabledMkldnn(was); }
+};
 
 struct Outcome {
   std::vector<double> losses;
@@ -136,6 +147,7 @@ TEST(SequentialChain, DynamicProgramPlansAtSeveralBudgetsGiveBitwiseEqualGradien
 }
 
 TEST(SequentialChain, BatchNormStatisticsUpdateOncePerStepUnderEveryPlan) {
+  const ReproducibleConvolutions reproducible;
   const at::Tensor x = torch::randn({8, 3, 16, 16});
   const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
   const Outcome plain = run_steps(convnet(), nullptr, x, y, 3);
@@ -144,7 +156,7 @@ TEST(SequentialChain, BatchNormStatisticsUpdateOncePerStepUnderEveryPlan) {
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1));
   std::vector<remat::Plan> plans = {remat::policy_plan("block", chain), remat::policy_plan("every:3", chain),
                                     remat::policy_plan("sqrt", chain)};
-  for (const char* budget : {"72%", "85%"}) plans.push_back(remat::plan_optimal(costs, budget).ensure_feasible().plan);
+  for (const char* budget : {"80%", "90%"}) plans.push_back(remat::plan_optimal(costs, budget).ensure_feasible().plan);
   for (const auto& plan : plans) {
     SCOPED_TRACE(plan.to_string());
     const Outcome planned = run_steps(convnet(), &plan, x, y, 3);
@@ -154,6 +166,7 @@ TEST(SequentialChain, BatchNormStatisticsUpdateOncePerStepUnderEveryPlan) {
 }
 
 TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
+  const ReproducibleConvolutions reproducible;
   nn::Sequential net = convnet();
   const at::Tensor x = torch::randn({8, 3, 16, 16});
   const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
@@ -165,7 +178,7 @@ TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
   torch::manual_seed(5);
   const at::Tensor expected_draw = torch::rand({3});
   torch::manual_seed(5);
-  remat::plan_for_budget(chain, x, "75%",
+  remat::plan_for_budget(chain, x, "85%",
                          remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
   EXPECT_TRUE(bitwise_equal(torch::rand({3}), expected_draw)) << "the RNG stream moved";
   remat::testing::expect_same_grads(grads, remat::testing::parameter_grads(*net));
@@ -175,6 +188,7 @@ TEST(SequentialChain, ProfilingAndPlanningLeaveTheModelAsItWas) {
 // The guard alone: whatever a measurement does to gradients, buffers and the RNG is undone, the
 // gradients in place (an optimiser holding them sees the same tensors).
 TEST(ChainStateGuard, PutsBackGradientsBuffersAndTheRngStream) {
+  const ReproducibleConvolutions reproducible;
   nn::Sequential net = convnet();
   const at::Tensor x = torch::randn({4, 3, 16, 16});
   const at::Tensor y = torch::randint(0, 10, {4}, torch::kLong);
@@ -299,6 +313,7 @@ TEST(SequentialChain, StagesGivenAsFunctionsWithOptions) {
 }
 
 TEST(VerifyPlan, ReportsPerParameterDifferencesAndCatchesANondeterministicStage) {
+  const ReproducibleConvolutions reproducible;
   const at::Tensor x = torch::randn({8, 3, 16, 16});
   const at::Tensor y = torch::randint(0, 10, {8}, torch::kLong);
   nn::Sequential net = convnet();
@@ -330,9 +345,10 @@ TEST(VerifyPlan, ReportsPerParameterDifferencesAndCatchesANondeterministicStage)
 }
 
 TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
+  const ReproducibleConvolutions reproducible;
   nn::Sequential plain = convnet();
   remat::Planned planned(
-      convnet(), "75%",
+      convnet(), "85%",
       remat::PlannedOptions().planning(remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
   std::vector<std::string> plain_names, planned_names;
   for (const auto& p : plain->named_parameters()) plain_names.push_back(p.key());
@@ -375,7 +391,7 @@ TEST(Planned, CalibratesOnItsFirstTrainingForwardAndKeepsParameterNames) {
   planned->eval();
   EXPECT_EQ(planned->forward(torch::randn({2, 3, 16, 16})).sizes(), (std::vector<int64_t>{2, 10}))
       << "eval runs plainly";
-  remat::Planned replanning(convnet(), "75%",
+  remat::Planned replanning(convnet(), "85%",
                             remat::PlannedOptions().replan_on_new_shape(true).planning(
                                 remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
   replanning->forward(x);
