@@ -71,11 +71,10 @@ int run(int argc, char** argv) {
   Config config;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string flag = argv[i];
-    const int64_t value = std::atoll(argv[i + 1]);
-    if (flag == "--blocks") config.blocks = value;
-    if (flag == "--tokens") config.tokens = value;
-    if (flag == "--channels") config.channels = value;
-    if (flag == "--batch") config.batch = value;
+    if (flag == "--blocks") config.blocks = remat_examples::count_argument(flag, argv[i + 1], 1000);
+    if (flag == "--tokens") config.tokens = remat_examples::count_argument(flag, argv[i + 1], 4096);
+    if (flag == "--channels") config.channels = remat_examples::count_argument(flag, argv[i + 1], 4096);
+    if (flag == "--batch") config.batch = remat_examples::count_argument(flag, argv[i + 1], 4096);
   }
   at::set_num_threads(2);                 // as LibTorch documents it; remat times around what it finds (threads.h)
   remat::keep_freed_memory_in_process();  // as docs/library.md advises CPU training programs

@@ -321,6 +321,15 @@ inline int run_example(int (*run)(int, char**), int argc, char** argv) {
   }
 }
 
+/// The count after `flag`: digits only, 1 to `most`; anything else is refused with what was expected.
+inline int64_t count_argument(const std::string& flag, const char* text, int64_t most) {
+  const std::string value = text;
+  const bool digits = !value.empty() && value.size() <= 9 && value.find_first_not_of("0123456789") == std::string::npos;
+  const int64_t count = digits ? std::stoll(value) : 0;
+  TORCH_CHECK(count >= 1 && count <= most, flag, " expects a whole number from 1 to ", most, ", got '", value, "'");
+  return count;
+}
+
 /// "--quick" anywhere in the arguments: the small configuration the tests run.
 inline bool quick_mode(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
@@ -340,7 +349,8 @@ inline ReportOptions report_options(int argc, char** argv) {
     options.quick = true;
   }
   for (int i = 1; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--steps") options.measured_steps = std::max(1, std::atoi(argv[i + 1]));
+    if (std::string(argv[i]) == "--steps")
+      options.measured_steps = static_cast<int>(count_argument("--steps", argv[i + 1], 1000));
   }
   return options;
 }

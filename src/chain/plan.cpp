@@ -388,17 +388,15 @@ std::vector<int64_t> Plan::recompute_depths() const {
 }
 
 at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
-  // By name and granularity, not only by count: a plan of another chain of the same length would
-  // otherwise run, checkpointing the wrong stages.
-  plan.validate_against(chain);
-  // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
-  auto shared = std::make_shared<const Plan>(plan);
-  return run_items(chain, shared, shared->items, input, /*graph_only=*/false);
+  return run_plan_observed(chain, plan, input, {});
 }
 
 at::Tensor run_plan_observed(Chain& chain, const Plan& plan, const at::Tensor& input,
                              const PlanItemObserver& observer) {
+  // By name and granularity, not only by count: a plan of another chain of the same length would
+  // otherwise run, checkpointing the wrong stages.
   plan.validate_against(chain);
+  // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
   auto shared = std::make_shared<const Plan>(plan);
   at::Tensor x = input;
   for (size_t k = 0; k < shared->items.size(); ++k) {

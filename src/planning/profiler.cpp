@@ -270,9 +270,8 @@ struct ItemTimes {
   std::vector<double> forward, backward;
 };
 
-ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const at::Tensor& input,
-                    c10::Device device) {
-  const size_t n = plan->items.size();
+ItemTimes time_step(Chain& chain, const Plan& plan, const at::Tensor& input, c10::Device device) {
+  const size_t n = plan.items.size();
   ItemTimes times{std::vector<double>(n), std::vector<double>(n)};
   std::vector<Clock::time_point> arrived(n);
   Clock::time_point item_start;
@@ -290,7 +289,7 @@ ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const
       });
     }
   };
-  const at::Tensor a = run_plan_observed(chain, *plan, input, observer);
+  const at::Tensor a = run_plan_observed(chain, plan, input, observer);
   const at::Tensor seed = at::ones_like(a);
   const auto start = Clock::now();
   torch::autograd::backward({a}, {seed});
@@ -306,7 +305,7 @@ ItemTimes time_step(Chain& chain, const std::shared_ptr<const Plan>& plan, const
 
 // `plain` with stages [0, n-1) checkpointed in segments of `length` stages (the last one shorter);
 // the last stage, where no segment ends, runs plainly.
-std::shared_ptr<const Plan> checkpointed_in_segments(const Plan& plain, int64_t length) {
+Plan checkpointed_in_segments(const Plan& plain, int64_t length) {
   Plan plan = plain;
   plan.items.clear();
   const auto n = static_cast<int64_t>(plain.stage_names.size());
@@ -316,7 +315,7 @@ std::shared_ptr<const Plan> checkpointed_in_segments(const Plan& plain, int64_t 
     plan.items.push_back(PlanItem::checkpointed(std::move(inner)));
   }
   plan.items.push_back(PlanItem::run(n - 1));
-  return std::make_shared<const Plan>(std::move(plan));
+  return plan;
 }
 
 // A step's times measured round after round, each round running three plans in turn: every stage
@@ -371,8 +370,7 @@ void normalise_to_the_median_round(InStepRounds& rounds) {
 InStepRounds time_in_step(Chain& chain, const at::Tensor& input, const ProfileOptions& options, c10::Device device) {
   Plan plain = Plan::plain(chain);
   plain.mode = options.mode();
-  const auto plans = {std::make_shared<const Plan>(plain), checkpointed_in_segments(plain, 1),
-                      checkpointed_in_segments(plain, 2)};
+  const std::vector<Plan> plans = {plain, checkpointed_in_segments(plain, 1), checkpointed_in_segments(plain, 2)};
   constexpr double kRoundsSeconds = 1.0, kShortStepSeconds = 0.05;
   constexpr int kMaxRounds = 41;
   bool warm_each = false;
