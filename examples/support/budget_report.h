@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
@@ -42,16 +43,30 @@ class TextTable {
  public:
   explicit TextTable(std::vector<std::string> header) : rows_{std::move(header)} {}
   void add_row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  /// Columns of numbers align right, columns of words left; a rule under the header.
   void print(std::ostream& out) const {
-    std::vector<size_t> widths(rows_.front().size(), 0);
-    for (const auto& row : rows_) {
-      for (size_t i = 0; i < row.size() && i < widths.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
-    }
-    for (const auto& row : rows_) {
-      for (size_t i = 0; i < row.size(); ++i) {
-        out << (i ? "  " : "") << row[i] << std::string(i + 1 < row.size() ? widths[i] - row[i].size() : 0, ' ');
+    const size_t n = rows_.front().size();
+    std::vector<size_t> widths(n, 0);
+    std::vector<bool> left(n, false);
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      for (size_t i = 0; i < rows_[r].size() && i < n; ++i) {
+        const std::string& cell = rows_[r][i];
+        widths[i] = std::max(widths[i], cell.size());
+        const char first = cell.empty() ? '0' : cell[0];
+        if (r > 0 && !(std::isdigit(static_cast<unsigned char>(first)) || first == '+' || first == '-')) left[i] = true;
       }
-      out << "\n";
+    }
+    size_t total = 0;
+    for (size_t w : widths) total += w + 2;
+    for (size_t r = 0; r < rows_.size(); ++r) {
+      std::string line;
+      for (size_t i = 0; i < rows_[r].size() && i < n; ++i) {
+        const std::string& cell = rows_[r][i];
+        const std::string pad(widths[i] - cell.size(), ' ');
+        line += (i ? "  " : "") + (left[i] ? cell + pad : pad + cell);
+      }
+      out << line.erase(line.find_last_not_of(' ') + 1) << "\n";
+      if (r == 0) out << std::string(total - 2, '-') << "\n";
     }
   }
 
