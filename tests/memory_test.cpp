@@ -3,6 +3,10 @@
 #include <sstream>
 #include <thread>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -146,3 +150,21 @@ TEST(MemoryTimeline, WritesCsvAndRejectsAnUnwritablePath) {
   EXPECT_EQ(text.str(), "seconds,bytes,phase\n0,10,idle\n0.5,20,recompute\n");
   EXPECT_THROW(remat::write_memory_events_csv(events, "/nonexistent-dir/t.csv"), c10::Error);
 }
+
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 33)
+// The trim threshold alone would fix glibc's mmap threshold at 128 KiB: every activation above it
+// a fresh mapping, faulted in again each step (8-11x slower steps where faults are costly).
+TEST(KeepFreedMemoryInProcess, TensorsUpTo32MiBComeFromTheHeapAndStayThere) {
+  remat::keep_freed_memory_in_process();
+  const size_t mapped_before = mallinfo2().hblks;
+  size_t heap_holding_it = 0;
+  {
+    at::Tensor activation = at::ones({4 << 20}, at::kFloat);  // 16 MiB
+    EXPECT_EQ(mallinfo2().hblks, mapped_before) << "a 16 MiB tensor was mmapped";
+    EXPECT_EQ(activation.sum().item<float>(), static_cast<float>(4 << 20));
+    heap_holding_it = mallinfo2().arena;
+  }
+  // Freed, it stays in the process: the heap was not trimmed.
+  EXPECT_EQ(mallinfo2().arena, heap_holding_it);
+}
+#endif

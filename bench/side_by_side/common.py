@@ -3,7 +3,8 @@ re-execution under remat's memory conditions (before torch is imported)."""
 import os
 import sys
 
-TUNABLES = "glibc.malloc.mmap_threshold=1073741824:glibc.malloc.trim_threshold=1073741824"
+# glibc refuses an mmap threshold above 32 MiB (and then keeps 128 KiB): remat's values exactly.
+TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
 
 
 def reexec_under_remat_conditions():
