@@ -55,7 +55,7 @@ struct StepMeasurement {
 /// (glibc: blocks up to 32 MiB come from the heap, and no trimming below 1 GiB of free heap top),
 /// so a step reuses last step's pages instead of faulting its activations in again. Measured with
 /// the equivalent GLIBC_TUNABLES (docs/library.md, "Memory the process keeps"): the mixer example's
-/// plain step 39 ms with glibc's defaults, 22 ms with this; a conv net and the reference GPT as
+/// plain step 39 ms with glibc's defaults, 22 ms with this; a conv net and a Transformer as
 /// fast as with glibc's defaults, where the trim threshold alone (this function before) made them
 /// 8-11x slower on a machine with costly page faults. Call it first in a CPU training program, as
 /// CPU trainers do with jemalloc or tcmalloc: it changes the whole process's allocator, which remat
