@@ -181,8 +181,8 @@ void keep_freed_memory_in_process() {
   // Both, or the trim threshold alone fixes the mmap threshold at 128 KiB (setting one turns off
   // glibc's raising it as large blocks are freed): every tensor above 128 KiB is then a fresh
   // mapping, faulted in page by page each step. 32 MiB is the most glibc's mallopt accepts on 64-bit.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Where a glibc refuses the first, the second alone would do harm: then neither.
+  if (mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1) mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
 }
 
