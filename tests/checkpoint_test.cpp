@@ -288,11 +288,19 @@ TEST_P(Checkpoint, NondeterministicShapeFailsInBackwardNamingTheFunction) {
   at::Tensor x = torch::randn({6}, torch::requires_grad());
   at::Tensor out = remat::checkpoint(
       [&](const at::Tensor& in) { return ++calls == 1 ? (in * 2).exp() : (in.narrow(0, 0, 3) * 2).exp(); }, x,
-      remat::CheckpointOptions().name("flaky"));
+      remat::CheckpointOptions().name("flaky").check_reads(false));
   // Reentrant checks the recompute's outputs, non-reentrant every tensor it saves (exp's output).
   expect_error_containing(
       [&] { out.sum().backward(); },
       {"checkpoint 'flaky'", reentrant() ? "output 0" : "saved tensor 0", "[3]", "[6]", "must compute the same"});
+  // By default the operator calls are checked first, one by one.
+  calls = 0;
+  at::Tensor checked = remat::checkpoint(
+      [&](const at::Tensor& in) { return ++calls == 1 ? (in * 2).exp() : (in.narrow(0, 0, 3) * 2).exp(); }, x,
+      remat::CheckpointOptions().name("flaky"));
+  expect_error_containing([&] { checked.sum().backward(); },
+                          {"checkpoint 'flaky': the recompute's operator call 0 is aten::slice.Tensor but the "
+                           "forward's was aten::mul.Scalar"});
 }
 
 TEST_P(Checkpoint, NondeterministicDtypeFailsInBackward) {
@@ -300,7 +308,7 @@ TEST_P(Checkpoint, NondeterministicDtypeFailsInBackward) {
   at::Tensor x = torch::randn({6}, torch::requires_grad());
   at::Tensor out = remat::checkpoint(
       [&](const at::Tensor& in) { return ++calls == 1 ? (in * 2).exp() : (in * 2).to(at::kDouble).exp(); }, x,
-      remat::CheckpointOptions().name("dtype-changer"));
+      remat::CheckpointOptions().name("dtype-changer").check_reads(false));
   expect_error_containing([&] { out.sum().backward(); }, {"checkpoint 'dtype-changer'", "Double", "Float"});
 }
 
@@ -392,12 +400,12 @@ TEST_P(Checkpoint, ReturningAParameterUnchangedGivesItsGradientOnce) {
 TEST_P(Checkpoint, BatchNormStatisticsUpdateOnceWithRestoreAfterRecompute) {
   torch::manual_seed(0);
   at::Tensor x = torch::randn({16, 4}) * 3 + 1;
-  auto run = [&](bool checkpointed, bool restore) {
+  auto run = [&](bool checkpointed, bool restore, bool check_reads = false) {
     torch::nn::BatchNorm1d bn(4);
     auto fn = [&](const at::Tensor& in) { return bn(in).relu(); };
     at::Tensor out;
     if (checkpointed) {
-      auto options = remat::CheckpointOptions();
+      auto options = remat::CheckpointOptions().check_reads(check_reads);
       if (restore) options.restore_after_recompute(bn->buffers());
       out = remat::checkpoint(fn, x, options);
     } else {
@@ -412,6 +420,10 @@ TEST_P(Checkpoint, BatchNormStatisticsUpdateOnceWithRestoreAfterRecompute) {
   EXPECT_TRUE(bitwise_equal(plain.first, restored.first));
   EXPECT_EQ(restored.second, 1);
   EXPECT_EQ(twice.second, 2) << "without restore_after_recompute the recompute updates the statistics again";
+  // With check_reads (the default) the checkpoint sees the writes and restores them itself.
+  auto seen = run(true, false, true);
+  EXPECT_TRUE(bitwise_equal(plain.first, seen.first));
+  EXPECT_EQ(seen.second, 1);
 }
 
 TEST_P(Checkpoint, ErrorsForEmptyInputsAndFunctionsReturningNoTensor) {
@@ -581,7 +593,7 @@ TEST(NonReentrantCheckpoint, ARecomputeThatSavesOtherTensorsIsAnErrorNamingTheFu
   at::Tensor x = torch::randn({6}, torch::requires_grad());
   at::Tensor out = remat::checkpoint(
       [&](const at::Tensor& in) { return ++calls == 1 ? in.exp().sum() : in.narrow(0, 0, 3).exp().sum() * 2; }, x,
-      remat::CheckpointOptions().name("drifting").use_reentrant(false));
+      remat::CheckpointOptions().name("drifting").use_reentrant(false).check_reads(false));
   expect_error_containing(
       [&] { out.backward(); },
       {"checkpoint 'drifting'", "saved tensor 0 of the recompute is Float[3]", "the forward's was Float[6]"});

@@ -229,7 +229,7 @@ TEST_P(Selective, MustSaveOnACallThatChangesItsInputIsRefused) {
   auto keep_everything = [](const remat::OperatorCall&) { return CheckpointPolicy::must_save; };
   expect_error_containing(
       [&] { remat::checkpoint([](const at::Tensor& v) { return (v * 2).relu_(); }, x, with(keep_everything)); },
-      {"checkpoint 'checkpoint': the selective policy returned must_save for aten::relu_", "cannot be kept apart",
+      {"checkpoint 'checkpoint': the selective policy returned must_save for aten::relu_", "writes its argument 'self'",
        "prefer_save"});
   // prefer_save recomputes such calls instead, and the gradients are right.
   auto prefer = [](const remat::OperatorCall&) { return CheckpointPolicy::prefer_save; };
@@ -344,34 +344,31 @@ TEST_P(Selective, AutogradGradAndASecondBackwardGiveThePlainGradients) {
   EXPECT_TRUE(bitwise_equal(plain[1], second[1]));
 }
 
-TEST_P(Selective, NothingIsInterceptedOutsideACheckpointWithAPolicy) {
+TEST_P(Selective, NothingIsInterceptedOutsideACheckpointThatChecksOrKeeps) {
   const at::Tensor x = torch::randn({4, 4}, torch::requires_grad());
-  bool seen_plain = true, seen_policy = false, seen_nested_plain = true;
+  bool seen_default = false, seen_unchecked = true, seen_policy = false, seen_nested_unchecked = true;
   EXPECT_FALSE(intercepting());
-  remat::checkpoint(
-      [&](const at::Tensor& v) {
-        seen_plain = intercepting();
-        return v.sin();
-      },
-      x, options())
+  auto probe = [&](bool& seen, const at::Tensor& v) {
+    seen = intercepting();
+    return v.sin();
+  };
+  remat::checkpoint([&](const at::Tensor& v) { return probe(seen_default, v); }, x, options()).sum().backward();
+  remat::checkpoint([&](const at::Tensor& v) { return probe(seen_unchecked, v); }, x, options().check_reads(false))
       .sum()
       .backward();
   remat::checkpoint(
       [&](const at::Tensor& v) {
         seen_policy = intercepting();
-        return remat::checkpoint(
-            [&](const at::Tensor& u) {
-              seen_nested_plain = intercepting();
-              return u.cos();
-            },
-            v, options());
+        return remat::checkpoint([&](const at::Tensor& u) { return probe(seen_nested_unchecked, u); }, v,
+                                 options().check_reads(false));
       },
       x, with(remat::save_compute_intensive()))
       .sum()
       .backward();
-  EXPECT_FALSE(seen_plain);
+  EXPECT_TRUE(seen_default);  // captured tensors are checked by default
+  EXPECT_FALSE(seen_unchecked);
   EXPECT_TRUE(seen_policy);
-  EXPECT_FALSE(seen_nested_plain);
+  EXPECT_FALSE(seen_nested_unchecked);
   EXPECT_FALSE(intercepting());
 }
 

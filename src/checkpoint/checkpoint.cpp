@@ -67,6 +67,9 @@ CheckpointModeGuard::~CheckpointModeGuard() { default_mode = previous_; }
 std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
                                    const CheckpointOptions& options) {
   REMAT_CHECK(static_cast<bool>(fn), describe_input_use(options.name()), "the function is empty.");
+  REMAT_CHECK(!detail::inside_selective_policy(), describe_input_use(options.name()),
+              "called from inside a selective policy. A policy decides what to keep from the call it is given; "
+              "it may compute with tensors, but must not run a checkpoint.");
   REMAT_CHECK(!inputs.empty(), describe_input_use(options.name()),
               "inputs is empty; pass the tensors the function computes from (its activations), so "
               "they can be kept for the recompute.");

@@ -290,7 +290,10 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
         create_graph ? saved.inputs : detach_like(saved.inputs, state->input_requires_grad);
     // Undone only after the recomputed graph's backward, which may read them (BatchNorm's saves the
     // running statistics).
-    detail::RestoreTensorsScope restore(state->options.restore_after_recompute());
+    const std::vector<at::Tensor> restored =
+        state->log ? state->log->restored_after_recompute(state->options.restore_after_recompute())
+                   : state->options.restore_after_recompute();
+    detail::RestoreTensorsScope restore(restored);
     variable_list outputs = recompute(*state, recompute_inputs, saved.rng_tensors, create_graph);
     check_recomputed_outputs(*state, outputs);
     return differentiate(std::move(outputs), grad_outputs, recompute_inputs, saved.parameters, saved.count,
@@ -323,7 +326,7 @@ std::vector<at::Tensor> checkpoint_reentrant(const TensorListFunction& fn, const
   variable_list outputs;
   std::vector<at::Tensor> parameters;
   {
-    detail::DropSavedTensorsScope drop_saved(&state->versions);
+    detail::DropSavedTensorsScope drop_saved(&state->versions, options.name());
     const uint64_t first_sequence_nr = at::sequence_number::peek();
     {
       detail::CheckpointForwardScope forward(true);

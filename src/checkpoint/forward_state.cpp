@@ -143,19 +143,21 @@ namespace {
 thread_local std::vector<SavedTensorHooksScope::Factory> hook_factories;
 
 struct DroppedSavedTensor final : SavedTensorHooks {
-  explicit DroppedSavedTensor(SavedVersions* versions)
-      : SavedTensorHooks("checkpoint's parameter discovery"), versions_(versions) {}
+  DroppedSavedTensor(SavedVersions* versions, std::shared_ptr<const std::string> name)
+      : SavedTensorHooks("checkpoint's parameter discovery"), versions_(versions), name_(std::move(name)) {}
   void call_pack_hook(const at::Tensor& tensor) override {
     if (versions_ != nullptr) versions_->record(tensor);
   }
   at::Tensor call_unpack_hook() override {
-    TORCH_CHECK(false,
-                "remat: internal error: backward reached a graph that checkpoint recorded only to "
-                "find parameters; its saved tensors were dropped. Please report this.");
+    REMAT_CHECK(false, name_->empty() ? std::string("remat: ") : "checkpoint '" + *name_ + "': ",
+                "a backward (torch::autograd::grad or backward) ran inside the function's forward, as a gradient "
+                "penalty does, but the reentrant mode records that forward without the tensors autograd saves. "
+                "Use the non-reentrant mode, which runs it: CheckpointOptions().use_reentrant(false).");
   }
 
  private:
   SavedVersions* versions_;
+  std::shared_ptr<const std::string> name_;
 };
 
 struct RematEngine final : torch::autograd::Engine {
@@ -183,9 +185,9 @@ SavedTensorHooksScope::SavedTensorHooksScope(Factory make) {
 
 SavedTensorHooksScope::~SavedTensorHooksScope() { hook_factories.pop_back(); }
 
-DropSavedTensorsScope::DropSavedTensorsScope(SavedVersions* versions)
-    : hooks_([versions] {
-        return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor(versions));
+DropSavedTensorsScope::DropSavedTensorsScope(SavedVersions* versions, const std::string& name)
+    : hooks_([versions, name = std::make_shared<const std::string>(name)] {
+        return std::unique_ptr<torch::autograd::SavedVariableHooks>(new DroppedSavedTensor(versions, name));
       }) {}
 
 }  // namespace remat::detail

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -129,8 +130,9 @@ class SavedTensorHooksScope {
 /// Using such a graph for backward raises an error naming remat.
 class DropSavedTensorsScope {
  public:
-  /// `versions`, if given, records each dropped tensor's version (it must outlive the scope).
-  explicit DropSavedTensorsScope(SavedVersions* versions = nullptr);
+  /// `versions`, if given, records each dropped tensor's version (it must outlive the scope); `name`
+  /// names the checkpoint in the error of a backward that reaches a dropped tensor.
+  explicit DropSavedTensorsScope(SavedVersions* versions = nullptr, const std::string& name = "");
   DropSavedTensorsScope(const DropSavedTensorsScope&) = delete;
   DropSavedTensorsScope& operator=(const DropSavedTensorsScope&) = delete;
 

@@ -27,14 +27,29 @@ namespace {
 
 constexpr c10::DispatchKey kInterceptKey = c10::DispatchKey::Fake;
 
-// What a schema says about its calls, worked out once per operator.
+// What an operator's schema and tags say about its calls, worked out once per operator.
 struct SchemaFacts {
-  bool random = false;          // takes a generator (or is native_dropout)
+  bool random = false;          // draws from an RNG: tagged nondeterministic_seeded, or takes a generator
   bool returns_alias = false;   // a result is a view of an argument or the argument itself
   std::vector<size_t> written;  // arguments it changes in place
 };
 
-const SchemaFacts& facts_of(const c10::FunctionSchema& schema) {
+// Operators that write an argument their schema does not mark as written (LibTorch 1.13's schemas
+// lack some annotations that later versions added): argument positions by operator name.
+const std::vector<size_t>* unmarked_writes(const std::string& name) {
+  static const std::unordered_map<std::string, std::vector<size_t>> known = {
+      {"aten::rrelu_with_noise", {1}},  // writes the noise it draws (marked `Tensor(a!) noise` since 2.4)
+      // Running statistics, written below the version counter (marked in 2.x's _native_batch_norm_legit).
+      {"aten::native_batch_norm", {3, 4}},
+      {"aten::cudnn_batch_norm", {3, 4}},
+      {"aten::miopen_batch_norm", {3, 4}},
+  };
+  auto found = known.find(name);
+  return found == known.end() ? nullptr : &found->second;
+}
+
+const SchemaFacts& facts_of(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
   thread_local std::unordered_map<const c10::FunctionSchema*, SchemaFacts> known;
   auto found = known.find(&schema);
   if (found != known.end()) return found->second;
@@ -46,7 +61,16 @@ const SchemaFacts& facts_of(const c10::FunctionSchema& schema) {
     const c10::AliasInfo* alias = arguments[i].alias_info();
     if (alias != nullptr && alias->isWrite()) facts.written.push_back(i);
   }
-  facts.random = facts.random || schema.name() == "aten::native_dropout";
+  if (const auto* more = unmarked_writes(schema.name())) {
+    for (size_t i : *more) {
+      if (i < arguments.size() && std::find(facts.written.begin(), facts.written.end(), i) == facts.written.end()) {
+        facts.written.push_back(i);
+      }
+    }
+  }
+  // The tag is what PyTorch's own selective checkpointing reads: rand_like, randn, randperm, ... draw
+  // from the default generator and take none as an argument.
+  facts.random = facts.random || op.hasTag(at::Tag::nondeterministic_seeded) || schema.name() == "aten::native_dropout";
   for (const auto& result : schema.returns())
     facts.returns_alias = facts.returns_alias || result.alias_info() != nullptr;
   return known.emplace(&schema, std::move(facts)).first->second;
@@ -119,6 +143,13 @@ struct OperatorLog::State {
   std::vector<size_t> keeping;  // calls whose kept tensors are not private copies
   std::unordered_map<std::string, int64_t> name_counts;
   bool released = false;
+  // Tensors from outside the function that it changes in place (running statistics): where each
+  // was first written, for messages; the recompute writes them again and restores them after.
+  struct Written {
+    at::Tensor tensor;
+    size_t call;
+  };
+  std::vector<Written> written_captured;
 
   std::string prefix() const { return describe_input_use(name); }
 };
@@ -131,14 +162,26 @@ struct Interception {
   bool replay = false;
   bool use_kept = false;
   size_t next = 0;
-  std::unordered_set<const c10::TensorImpl*> created;  // made by the function (recording)
+  // Made by the function (recording): its results, and the storages of results that own a storage
+  // of their own (a factory like torch::empty_like wraps its result in another TensorImpl).
+  std::unordered_set<const c10::TensorImpl*> created;
+  std::unordered_set<const c10::StorageImpl*> created_storages;
+  bool made_by_function(const at::Tensor& t) const {
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (created.count(impl) != 0) return true;
+    return impl->has_storage() && created_storages.count(t.storage().unsafeGetStorageImpl()) != 0;
+  }
   Interception* previous = nullptr;
   c10::impl::LocalDispatchKeySet saved_keys = c10::impl::tls_local_dispatch_key_set();
   bool saved_autocast_cache = at::autocast::is_autocast_cache_enabled();
 };
 
 thread_local Interception* active = nullptr;
+// The recording scopes on this thread, innermost last, also those a nested checkpoint hides from:
+// a captured tensor an inner function writes is written by every enclosing function too.
+thread_local std::vector<Interception*> recording;
 thread_local bool inside_checkpoint_forward = false;
+thread_local bool inside_policy = false;
 
 void set_intercepting(bool on) {
   c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
@@ -178,24 +221,100 @@ void copy_kept_before_write(OperatorLog::State& log, const at::Tensor& written) 
   }
 }
 
+const OperatorLog::State::Written* written_by_function(const OperatorLog::State& log, const at::Tensor& t) {
+  for (const auto& w : log.written_captured) {
+    if (w.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return &w;
+  }
+  return nullptr;
+}
+
+// Notes, in this scope and every enclosing recording one, that the function changes a tensor from
+// outside it in place.
+void note_write(const at::Tensor& t, size_t call_index) {
+  if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
+  for (auto s = recording.rbegin(); s != recording.rend(); ++s) {
+    if ((*s)->made_by_function(t)) return;
+    OperatorLog::State& log = *(*s)->log;
+    if (written_by_function(log, t) == nullptr) {
+      log.written_captured.push_back({t, *s == recording.back() ? call_index : log.calls.size()});
+    }
+  }
+}
+
 // Notes the tensors the call reads from outside the function (check_reads). A tensor the call
-// changes in place is state the function updates (running statistics, which
-// restore_after_recompute restores), not a value it reads: its version moves by design.
-void note_reads(const Interception& scope, const SchemaFacts& facts, c10::ArrayRef<c10::IValue> arguments, Call& call) {
+// changes in place is state the function updates (running statistics, restored after the
+// recompute), not a value it reads: its version moves by design. But a value the function reads
+// after changing it cannot be recomputed (the recompute would change it once more first).
+void note_reads(const Interception& scope, const SchemaFacts& facts, c10::ArrayRef<c10::IValue> arguments, Call& call,
+                const c10::FunctionSchema& schema) {
+  const OperatorLog::State& log = *scope.log;
   size_t position = 0;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const bool written = std::find(facts.written.begin(), facts.written.end(), i) != facts.written.end();
     for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) {
       const size_t here = position++;
       if (written || !t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
-      if (scope.created.count(t.unsafeGetTensorImpl()) != 0) return;
+      if (scope.made_by_function(t)) return;
+      if (const auto* w = written_by_function(log, t)) {
+        REMAT_CHECK(false, log.prefix(), "the function changes a ", describe(t),
+                    " tensor from outside it in place (operator call ", w->call, ") and then reads it (",
+                    call_text(schema), ", operator call ", log.calls.size(),
+                    "): its recompute would change it once more and compute with other values, giving wrong "
+                    "gradients. Change a copy inside the function (`w.clone().add_(1)`), or change it outside "
+                    "the checkpoint.");
+      }
       const auto& counter = t.unsafeGetTensorImpl()->version_counter();
       call.reads.push_back({here, t, counter.enabled() ? counter.current_version() : 0});
     });
   }
 }
 
-// Asks the policy; refuses must_save on a call whose schema says its result aliases an input.
+bool is_keep(CheckpointPolicy decision) {
+  return decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save;
+}
+
+// The policy runs as user code outside the function: its own tensor operations are plain calls,
+// not calls of the function (interception paused), and a checkpoint inside it is refused
+// (checkpoint() asks inside_selective_policy()).
+CheckpointPolicy run_policy(const OperatorLog::State& log, const c10::FunctionSchema& schema,
+                            const OperatorCall& seen) {
+  Interception* const intercepting = active;
+  const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
+  const bool was_inside = inside_policy;
+  active = nullptr;
+  set_intercepting(false);
+  inside_policy = true;
+  auto resume = [&] {
+    inside_policy = was_inside;
+    c10::impl::_force_tls_local_dispatch_key_set(keys);
+    active = intercepting;
+  };
+  CheckpointPolicy decision;
+  try {
+    decision = log.policy(seen);
+  } catch (const std::exception& e) {
+    resume();
+    const std::string what = e.what();
+    REMAT_CHECK(false, log.prefix(), "the selective policy threw while deciding ", call_text(schema),
+                " (operator call ", seen.index, "): ", what.substr(0, what.find('\n')));
+  } catch (...) {
+    resume();
+    throw;
+  }
+  resume();
+  const auto value = static_cast<int>(decision);
+  REMAT_CHECK(value >= static_cast<int>(CheckpointPolicy::must_save) &&
+                  value <= static_cast<int>(CheckpointPolicy::prefer_recompute),
+              log.prefix(), "the selective policy returned CheckpointPolicy(", value, ") for ", call_text(schema),
+              " (operator call ", seen.index,
+              "), which is none of must_save, prefer_save, must_recompute, prefer_recompute.");
+  return decision;
+}
+
+// Asks the policy, then decides what can be done. A call that writes an argument is never kept
+// (its recompute must write it again): must_save on one is refused, naming the argument. A call
+// that returns a view of an argument is recomputed whatever the policy says: keeping a view would
+// keep its base, and recomputing one costs nothing.
 CheckpointPolicy ask_policy(OperatorLog::State& log, const c10::FunctionSchema& schema, const SchemaFacts& facts,
                             c10::ArrayRef<c10::IValue> arguments, int64_t index) {
   const std::string& name = schema.name();
@@ -205,34 +324,32 @@ CheckpointPolicy ask_policy(OperatorLog::State& log, const c10::FunctionSchema& 
   seen.index = index;
   seen.name_index = log.name_counts[name]++;
   seen.random = facts.random;
+  seen.writes = !facts.written.empty();
+  seen.returns_view = facts.returns_alias && facts.written.empty();
   seen.arguments = arguments;
-  const CheckpointPolicy decision = log.policy(seen);
-  const bool keep = decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save;
-  if (!keep || !facts.returns_alias) return decision;
-  REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
-              call_text(schema), " (operator call ", index,
-              "), which returns a view of its input or changes it in place: its result cannot be kept apart "
-              "from the input it shares. Return prefer_save to let such calls be recomputed.");
-  return CheckpointPolicy::prefer_recompute;
+  const CheckpointPolicy decision = run_policy(log, schema, seen);
+  if (!is_keep(decision)) return decision;
+  if (!facts.written.empty()) {
+    REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
+                call_text(schema), " (operator call ", index, "), which writes its argument '",
+                schema.arguments()[facts.written.front()].name(),
+                "' in place: its recompute must write it again, so its result cannot be kept. Return prefer_save "
+                "(kept where it can be) or a recompute policy for such calls; OperatorCall::writes tells them.");
+    return CheckpointPolicy::prefer_recompute;
+  }
+  return facts.returns_alias ? CheckpointPolicy::prefer_recompute : decision;
 }
 
 // Keeps the call's results (as tensors of the log's own), unless a kernel returned an argument's
 // storage under a schema that says nothing (_unsafe_view): such a result cannot be kept apart.
-void keep_results(OperatorLog::State& log, const c10::FunctionSchema& schema, const SchemaFacts& facts,
-                  c10::ArrayRef<c10::IValue> results, const std::vector<at::Tensor>& argument_tensors,
-                  CheckpointPolicy decision, Call& call) {
+void keep_results(OperatorLog::State& log, const SchemaFacts& facts, c10::ArrayRef<c10::IValue> results,
+                  const std::vector<at::Tensor>& argument_tensors, Call& call) {
   bool shares_argument = false;
   for_each_tensor(results, [&](const at::Tensor& r) {
     for (const at::Tensor& a : argument_tensors)
       shares_argument = shares_argument || (r.defined() && a.defined() && r.is_alias_of(a));
   });
-  if (shares_argument) {
-    REMAT_CHECK(decision != CheckpointPolicy::must_save, log.prefix(), "the selective policy returned must_save for ",
-                call_text(schema), " (operator call ", log.calls.size(),
-                "), whose result shares its input's memory: it cannot be kept apart from its input. Return "
-                "prefer_save to let such calls be recomputed.");
-    return;
-  }
+  if (shares_argument) return;  // a view the schema does not declare: recomputed, as declared views are
   call.keeps = true;
   for (const c10::IValue& result : results) {
     KeptResult shape;
@@ -258,36 +375,50 @@ void keep_results(OperatorLog::State& log, const c10::FunctionSchema& schema, co
 void record(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   OperatorLog::State& log = *scope.log;
   const c10::FunctionSchema& schema = op.schema();
-  const SchemaFacts& facts = facts_of(schema);
+  const SchemaFacts& facts = facts_of(op);
   const size_t num_arguments = schema.arguments().size();
   const c10::ArrayRef<c10::IValue> arguments(stack->data() + stack->size() - num_arguments, num_arguments);
   Call call;
   call.schema = &schema;
-  if (log.check_reads) note_reads(scope, facts, arguments, call);
-  if (!log.keeping.empty()) {
-    for (size_t i : facts.written) {
-      for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) { copy_kept_before_write(log, t); });
-    }
+  if (log.check_reads) note_reads(scope, facts, arguments, call, schema);
+  for (size_t i : facts.written) {
+    for_each_tensor(arguments.slice(i, 1), [&](const at::Tensor& t) {
+      note_write(t, log.calls.size());
+      if (!log.keeping.empty()) copy_kept_before_write(log, t);
+    });
   }
   CheckpointPolicy decision = CheckpointPolicy::prefer_recompute;
   std::vector<at::Tensor> argument_tensors;  // of a call to keep: its results must not share them
   if (log.policy) {
     decision = ask_policy(log, schema, facts, arguments, static_cast<int64_t>(log.calls.size()));
-    if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
+    if (is_keep(decision)) {
       for_each_tensor(arguments, [&](const at::Tensor& t) { argument_tensors.push_back(t); });
     }
   }
+  std::vector<const c10::TensorImpl*> argument_impls;
+  std::vector<const c10::StorageImpl*> argument_storages;
+  for_each_tensor(arguments, [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    argument_impls.push_back(t.unsafeGetTensorImpl());
+    if (t.has_storage()) argument_storages.push_back(t.storage().unsafeGetStorageImpl());
+  });
   run_kernel(op, keys, stack);
   const size_t num_results = schema.returns().size();
   const c10::ArrayRef<c10::IValue> results(stack->data() + stack->size() - num_results, num_results);
-  if (log.check_reads) {
-    for_each_tensor(results, [&](const at::Tensor& t) {
-      if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl());
-    });
-  }
-  if (decision == CheckpointPolicy::must_save || decision == CheckpointPolicy::prefer_save) {
-    keep_results(log, schema, facts, results, argument_tensors, decision, call);
-  }
+  // A result that is an argument itself (`w.add_(1)` returns w) stays what it was.
+  for_each_tensor(results, [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (std::find(argument_impls.begin(), argument_impls.end(), impl) == argument_impls.end()) {
+      scope.created.insert(impl);
+    }
+    if (!t.has_storage()) return;
+    const c10::StorageImpl* storage = t.storage().unsafeGetStorageImpl();
+    if (std::find(argument_storages.begin(), argument_storages.end(), storage) == argument_storages.end()) {
+      scope.created_storages.insert(storage);
+    }
+  });
+  if (is_keep(decision)) keep_results(log, facts, results, argument_tensors, call);
   log.calls.push_back(std::move(call));
 }
 
@@ -418,10 +549,11 @@ void enter(Interception& scope, OperatorLog::State* log, bool replay, bool use_k
   scope.log = log;
   scope.replay = replay;
   scope.use_kept = use_kept;
-  if (!replay && log->check_reads) {
+  if (!replay) {
     for (const auto& t : inputs) {
       if (t.defined()) scope.created.insert(t.unsafeGetTensorImpl());
     }
+    recording.push_back(&scope);
   }
   scope.previous = active;
   active = &scope;
@@ -431,6 +563,7 @@ void enter(Interception& scope, OperatorLog::State* log, bool replay, bool use_k
 }
 
 void leave(Interception& scope) {
+  if (!scope.replay) recording.erase(std::find(recording.begin(), recording.end(), &scope));
   c10::impl::_force_tls_local_dispatch_key_set(scope.saved_keys);
   at::autocast::set_autocast_cache_enabled(scope.saved_autocast_cache);
   active = scope.previous;
@@ -456,6 +589,16 @@ bool OperatorLog::wanted(const CheckpointOptions& options) {
   return options.effective_check_reads() || (options.selective() && !inside_checkpoint_forward);
 }
 
+std::vector<at::Tensor> OperatorLog::restored_after_recompute(const std::vector<at::Tensor>& listed) const {
+  std::vector<at::Tensor> all = listed;
+  for (const auto& w : state_->written_captured) {
+    bool seen = false;
+    for (const auto& t : all) seen = seen || (t.defined() && t.unsafeGetTensorImpl() == w.tensor.unsafeGetTensorImpl());
+    if (!seen) all.push_back(w.tensor);
+  }
+  return all;
+}
+
 int64_t OperatorLog::kept_bytes() const {
   std::unordered_set<const void*> storages;
   int64_t bytes = 0;
@@ -479,14 +622,14 @@ OperatorLog::Recording::Recording(OperatorLog& log, const std::vector<at::Tensor
 
 OperatorLog::Recording::~Recording() { leave(*scope_); }
 
-OperatorLog::Replaying::Replaying(OperatorLog& log, const std::vector<at::Tensor>& inputs)
-    : scope_(std::make_unique<Scope>()) {
+OperatorLog::Replaying::Replaying(OperatorLog& log, const std::vector<at::Tensor>& inputs, bool release)
+    : scope_(std::make_unique<Scope>()), release_(release) {
   enter(*scope_, log.state_.get(), /*replay=*/true, /*use_kept=*/!log.state_->released, inputs);
 }
 
 OperatorLog::Replaying::~Replaying() {
   leave(*scope_);
-  if (!scope_->use_kept) return;
+  if (!scope_->use_kept || !release_) return;
   // Kept results serve one recompute: a second backward recomputes every call.
   State& log = *scope_->log;
   for (Call& call : log.calls) {
@@ -521,11 +664,13 @@ HiddenFromEnclosingLog::~HiddenFromEnclosingLog() {
 
 void HiddenFromEnclosingLog::outputs_created(const std::vector<at::Tensor>& outputs) {
   auto* enclosing = static_cast<Interception*>(enclosing_);
-  if (enclosing == nullptr || enclosing->replay || !enclosing->log->check_reads) return;
+  if (enclosing == nullptr || enclosing->replay) return;
   for (const auto& t : outputs) {
     if (t.defined()) enclosing->created.insert(t.unsafeGetTensorImpl());
   }
 }
+
+bool inside_selective_policy() { return inside_policy; }
 
 CheckpointForwardScope::CheckpointForwardScope(bool forward) : previous_(inside_checkpoint_forward) {
   inside_checkpoint_forward = forward;

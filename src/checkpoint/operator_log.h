@@ -41,6 +41,11 @@ class OperatorLog {
   /// Intercepts a recompute's calls while alive: checks them against the log, returns kept results.
   class Replaying;
 
+  /// `listed` (CheckpointOptions::restore_after_recompute) and the tensors from outside the function
+  /// that its forward changed in place (BatchNorm's running statistics): what a recompute, which
+  /// changes them again, must put back as the forward left them.
+  std::vector<at::Tensor> restored_after_recompute(const std::vector<at::Tensor>& listed) const;
+
   /// Bytes of the results kept for the recompute (storages counted once).
   int64_t kept_bytes() const;
 
@@ -64,9 +69,10 @@ class OperatorLog::Recording {
 
 class OperatorLog::Replaying {
  public:
-  /// The first replay returns the kept results and releases them when it ends; a later one (a
-  /// second backward) runs every call again.
-  Replaying(OperatorLog& log, const std::vector<at::Tensor>& inputs);
+  /// The first replay returns the kept results and releases them when it ends (unless `release` is
+  /// false: a recompute for a backward inside the forward); a later one (a second backward) runs
+  /// every call again.
+  Replaying(OperatorLog& log, const std::vector<at::Tensor>& inputs, bool release = true);
   ~Replaying();
   Replaying(const Replaying&) = delete;
   Replaying& operator=(const Replaying&) = delete;
@@ -76,6 +82,7 @@ class OperatorLog::Replaying {
  private:
   struct Scope;
   std::unique_ptr<Scope> scope_;
+  bool release_;
 };
 
 /// Hides a checkpoint's own work from the interception of an enclosing function (its bookkeeping
@@ -93,6 +100,9 @@ class HiddenFromEnclosingLog {
   void* enclosing_;
   c10::impl::LocalDispatchKeySet saved_keys_;
 };
+
+/// Whether a selective policy is deciding a call on this thread (checkpoint() refuses to run there).
+bool inside_selective_policy();
 
 /// Marks the forward of a checkpoint on this thread while alive (a recompute is not one): a policy
 /// of a checkpoint nested inside keeps nothing (OperatorLog::wanted).

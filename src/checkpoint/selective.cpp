@@ -4,6 +4,8 @@
 #include <memory>
 #include <unordered_set>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include "remat/base/error.h"
 
 namespace remat {
@@ -92,10 +94,18 @@ SelectivePolicy save_every_other_matmul() {
 }
 
 SelectivePolicy save_operators(std::vector<std::string> names) {
+  std::unordered_set<std::string> known;  // "ns::op" and "ns::op.overload", of every registered operator
+  for (const c10::OperatorName& op : c10::Dispatcher::singleton().getAllOpNames()) {
+    known.insert(op.name);
+    if (!op.overload_name.empty()) known.insert(op.name + "." + op.overload_name);
+  }
   for (const auto& name : names) {
     REMAT_CHECK(name.find("::") != std::string::npos && name.find("::") > 0, "save_operators: '", name.substr(0, 80),
                 "' is not an operator name; name operators as kernels see them, with their namespace: "
                 "\"aten::mm\", or \"aten::add.Tensor\" for one overload.");
+    REMAT_CHECK(known.count(name) != 0, "save_operators: no operator is named '", name.substr(0, 80),
+                "' (a typo would keep nothing). Name operators as kernels see them: \"aten::mm\", \"aten::addmm\", "
+                "\"aten::add.Tensor\"; an operator of your own must be registered before the policy is made.");
   }
   auto owned = std::make_shared<std::vector<std::string>>(std::move(names));
   auto keep = std::make_shared<NameSet>();

@@ -1,13 +1,16 @@
 // remat/checkpoint/checkpoint.h — activation checkpointing for a function of tensors.
 //
-//   auto y = remat::checkpoint([&](const torch::Tensor& x) { return block->forward(x); }, x);
+//   auto y = remat::checkpoint([block](const torch::Tensor& x) { return block->forward(x); }, x);
 //
+// `fn` is kept until backward, which calls it again: it must own what it captures (module holders
+// and tensors by value; a `[&]` capture of a caller's locals dangles once the caller returns).
 // Forward runs `fn` without keeping its intermediate activations: only its inputs are kept.
 // Backward recomputes `fn` from them with grad enabled, under the RNG, autocast and grad-mode
 // state of the forward, and back-propagates through the recomputed graph.
 //
 // Parameters used inside `fn` get their gradients (found by recording the forward's graph), a
-// saved tensor changed in place before the recompute is refused with an error, and under
+// saved tensor changed in place before the recompute is refused with an error, a captured tensor
+// changed or rebound after the forward is refused (check_reads, on by default), and under
 // torch::NoGradGuard `fn` is just called. Two modes (CheckpointMode): reentrant, one autograd node
 // recomputing `fn` whole; non_reentrant, saved-tensor hooks and a recompute that stops early.
 // How each works and what it promises: docs/design.md, "The checkpoint mechanism".
@@ -72,8 +75,11 @@ struct CheckpointOptions {
   /// As the recompute reaches each operator call, check that the tensors it reads from outside the
   /// function (captured tensors, parameters) are the ones the forward's call read, unchanged: a
   /// captured `w` changed in place (`w.add_(1)`) or rebound (`w = w + 1`) after the forward is
-  /// refused, naming the operator, where no version counter sees it. Costs an interception of every
-  /// operator call; on by default where `selective` intercepts them anyway.
+  /// refused, naming the operator, where no version counter sees it; so is a function that changes
+  /// such a tensor in place and then reads it. Tensors from outside that the function only writes
+  /// (running statistics) are restored after each recompute, as restore_after_recompute does.
+  /// Costs an interception of every operator call inside the checkpoint (well under a microsecond);
+  /// on by default (none: on).
   TORCH_ARG(c10::optional<bool>, check_reads) = c10::nullopt;
 
  public:
@@ -82,11 +88,10 @@ struct CheckpointOptions {
     mode_ = on ? CheckpointMode::reentrant : CheckpointMode::non_reentrant;
     return *this;
   }
-  /// The same as use_reentrant (remat's first spelling, still accepted).
   /// mode(), or the thread's default where none is set.
   CheckpointMode effective_mode() const { return mode_.value_or(default_checkpoint_mode()); }
-  /// check_reads(), or its default: on exactly when a selective policy is set.
-  bool effective_check_reads() const { return check_reads_.value_or(static_cast<bool>(selective_)); }
+  /// check_reads(), or its default: on.
+  bool effective_check_reads() const { return check_reads_.value_or(true); }
 };
 
 using TensorFunction = std::function<at::Tensor(const at::Tensor&)>;

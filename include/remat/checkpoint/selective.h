@@ -13,13 +13,18 @@
 // CheckpointPolicy, torchtitan's "op" option); remat adds what PyTorch's leaves to the user:
 //   - a kept result that the forward later changes in place (a linear's bias added in place to its
 //     matrix product) is copied just before the change, so the recompute reads the value it had;
-//   - a kept random call (native_dropout) restores the RNG streams to where the forward left them,
-//     so every later random call recomputes the same draws;
-//   - a call that returns a view of an input or changes an input in place cannot be kept: under
-//     prefer_save it is recomputed, under must_save the forward stops with an error naming it;
+//   - a kept random call (any operator tagged nondeterministic_seeded: native_dropout, rand_like,
+//     randn, randperm, ..., generator argument or not) restores the RNG streams to where the forward
+//     left them, so every later random call recomputes the same draws;
+//   - a call that writes an argument (schema alias annotations, plus the writes 1.13's schemas omit)
+//     is never kept: under prefer_save it is recomputed, under must_save the forward stops with an
+//     error naming it and the argument; a call that returns a view is recomputed under either;
+//   - the policy runs as user code: its own tensor operations are not intercepted, a checkpoint
+//     inside it is refused, its exceptions carry the call's name, other answers than the four are
+//     refused;
 //   - the recompute must make the same calls in the same order: a different operator is an error
 //     naming both (data-dependent code).
-// Outside a checkpoint with a policy (or with CheckpointOptions::check_reads) nothing is intercepted.
+// Outside a checkpoint nothing is intercepted; inside one, every call is unless check_reads(false) and no policy.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +42,9 @@ struct IValue;
 namespace remat {
 
 /// What to do with one operator call's results (PyTorch's CheckpointPolicy). The must_/prefer_
-/// pairs differ only where a call cannot be kept (it returns a view of an input or writes an
-/// input): prefer_save then recomputes it, must_save refuses. Both recompute policies recompute.
+/// pairs differ only where a call cannot be kept because it writes an argument: prefer_save then
+/// recomputes it, must_save refuses. A view is recomputed under either. Both recompute policies
+/// recompute.
 enum class CheckpointPolicy { must_save, prefer_save, must_recompute, prefer_recompute };
 
 /// "must_save", "prefer_save", "must_recompute" or "prefer_recompute".
@@ -50,7 +56,9 @@ struct OperatorCall {
   std::string_view overload;  ///< "Tensor" for aten::add.Tensor; empty for the default overload
   int64_t index = 0;          ///< among this checkpoint's operator calls, from 0, in forward order
   int64_t name_index = 0;     ///< among this checkpoint's calls of the same operator name, from 0
-  bool random = false;        ///< draws from an RNG (takes a generator, or is native_dropout)
+  bool random = false;        ///< draws from an RNG (tagged nondeterministic_seeded, or takes a generator)
+  bool writes = false;        ///< changes an argument in place (`add_`, `out=`): never kept
+  bool returns_view = false;  ///< returns a view of an argument (`view`, `t`): always recomputed
   /// The call's arguments, as the kernel receives them (tensors, scalars, lists).
   c10::ArrayRef<c10::IValue> arguments;
 };
@@ -67,7 +75,7 @@ SelectivePolicy save_compute_intensive();
 /// attention kernels and convolutions are always kept.
 SelectivePolicy save_every_other_matmul();
 /// Keeps the results of the named operators ("aten::mm"; a name with an overload, "aten::add.Tensor",
-/// matches that overload only) and recomputes the rest.
+/// matches that overload only) and recomputes the rest. A name no registered operator has is refused.
 SelectivePolicy save_operators(std::vector<std::string> names);
 
 /// The operator names save_compute_intensive keeps.
