@@ -50,6 +50,7 @@ nn::Sequential make_convnet(const Config& c) {
 }
 
 int run(int argc, char** argv) {
+  remat_examples::check_arguments(argc, argv, {"--quick"}, {"--steps"});
   const bool quick = remat_examples::quick_mode(argc, argv);
   Config config;
   // 16 channels, not 8: on an AVX-512 machine the 8-channel net's 30% plan measured 7.4% over its

@@ -68,6 +68,8 @@ nn::Sequential make_mixer(const Config& c) {
 }
 
 int run(int argc, char** argv) {
+  remat_examples::check_arguments(argc, argv, {"--quick"},
+                                  {"--steps", "--blocks", "--tokens", "--channels", "--batch"});
   Config config;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string flag = argv[i];

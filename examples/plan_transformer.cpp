@@ -55,6 +55,7 @@ void train_under_budget(nn::Sequential net, const at::Tensor& x, const at::Tenso
 }
 
 int run(int argc, char** argv) {
+  remat_examples::check_arguments(argc, argv, {"--quick", "--modes"}, {"--steps"});
   const bool quick = remat_examples::quick_mode(argc, argv);
   Config config;
   if (quick) config = Config{12, 32, 4, 32, 4};

@@ -172,7 +172,7 @@ TEST(Plan, DeepNestingIsRefusedWithoutRecursingIntoIt) {
   const std::string text = R"({"format": "remat-plan", "version": 1, "granularity": "block",
     "stages": ["embed", "block0", "block1", "head"], "options": ["full","full","full","full"], "plan": ["embed", )" +
                            deep + R"(, "block1", "head"]})";
-  REMAT_EXPECT_ERROR(Plan::from_json(text, "deep.json"), "deep.json: the JSON nests deeper than any plan can (256");
+  REMAT_EXPECT_ERROR(Plan::from_json(text, "deep.json"), "deep.json: the JSON nests arrays and objects more than 515");
   // Deeper than its stages: meaningless, refused with the numbers.
   const std::string five = R"({"format": "remat-plan", "version": 1, "granularity": "block",
     "stages": ["embed", "block0", "block1", "head"], "options": ["full","full","full","full"],
@@ -185,7 +185,7 @@ TEST(Plan, DeepNestingIsRefusedWithoutRecursingIntoIt) {
   std::string arrays(levels, '[');
   arrays += std::string(levels, ']');
   REMAT_EXPECT_ERROR(Plan::from_json(R"({"format": "remat-plan", "version": 1, "stages": )" + arrays + "}", "a.json"),
-                     "a.json: the JSON nests deeper");
+                     "a.json: the JSON nests arrays and objects more than 515 levels deep");
 }
 
 TEST(Plan, AProgrammaticPlanNestedTooDeepIsRefusedByValidationAndSimulation) {

@@ -15,7 +15,9 @@
 
 #include "remat/models/gpt_policies.h"
 #include "remat/train/presets.h"
+#include "remat/chain/plan.h"
 #include "remat/chain/policies.h"
+#include "remat/planning/cost_model.h"
 #include "remat/train/state_dir.h"
 #include "remat/train/trainer.h"
 #include "support/compare.h"
@@ -543,6 +545,87 @@ TEST(StateDir, LatestMustNameOneStateFolderAndIsQuotedPrintably) {
   EXPECT_NE(load().find("holds 5000 bytes, more than the 4096"), std::string::npos) << load();
   write_file(dir.path() / "latest", "step-000001\n");
   EXPECT_EQ(remat::train::load_state_dir(dir.path()).second["step"], 1);
+}
+
+// Issue 39: a save deleted a user's .old-notes/, .tmp-mine/, step-0000-notes/, step-000001-backup/
+// and .tmp-userfile-99999998 from the state folder. Only names remat writes, exactly, are removed:
+// its states (step- and six digits, a re-save's .K) and its dead saves' temporaries.
+TEST(StateDir, SavesRemoveOnlyWhatRematWrote) {
+  TempDir dir;
+  const std::vector<std::string> users = {".old-notes", ".tmp-mine",    "step-0000-notes", "step-000001-backup",
+                                          "step-1",     "step-000002x", "step-000003.01",  ".tmp-step-000001-x"};
+  for (const auto& name : users) {
+    fs::create_directories(dir.path() / name);
+    write_file(dir.path() / name / "marker", name);
+  }
+  write_file(dir.path() / ".tmp-userfile-99999998", "mine");
+  write_file(dir.path() / "step-000000", "a file, not a state");
+  fs::create_directories(dir.path() / "step-000001");  // a folder of a state's name, but no state in it
+  write_file(dir.path() / "step-000001" / "marker", "mine");
+  // What a save killed by kill -9 leaves (a process id that cannot be alive: above pid_max).
+  fs::create_directories(dir.path() / ".tmp-step-000007-99999998");
+  write_file(dir.path() / "latest.tmp.99999998.0", "step-000007\n");
+  for (int step = 2; step <= 5; ++step) {
+    remat::train::save_state_dir(dir.path(), step, {{"step", step}},
+                                 [&](const fs::path& into) { write_file(into / "a.bin", std::to_string(step)); });
+  }
+  // A re-save of step 5 (step-000005.1) and then later steps prune both of step 5's states.
+  remat::train::save_state_dir(
+      dir.path(), 5, {{"step", 5}}, [](const fs::path& into) { write_file(into / "a.bin", "5 again"); }, 2);
+  EXPECT_TRUE(fs::is_directory(dir.path() / "step-000005")) << "kept: the newest 2 are step-000005 and its re-save";
+  EXPECT_TRUE(fs::is_directory(dir.path() / "step-000005.1"));
+  remat::train::save_state_dir(dir.path(), 6, {{"step", 6}},
+                               [](const fs::path& into) { write_file(into / "a.bin", "6"); });
+
+  for (const auto& name : users) {
+    EXPECT_EQ(read_file(dir.path() / name / "marker"), name) << name << " was removed or changed";
+  }
+  EXPECT_EQ(read_file(dir.path() / ".tmp-userfile-99999998"), "mine");
+  EXPECT_EQ(read_file(dir.path() / "step-000000"), "a file, not a state");
+  EXPECT_EQ(read_file(dir.path() / "step-000001" / "marker"), "mine");
+  // remat's own leftovers and old states are gone, as before.
+  EXPECT_FALSE(fs::exists(dir.path() / ".tmp-step-000007-99999998")) << "a dead save's temporary stays";
+  EXPECT_FALSE(fs::exists(dir.path() / "latest.tmp.99999998.0")) << "a dead save's 'latest' temporary stays";
+  for (const char* old : {"step-000002", "step-000003", "step-000004", "step-000005", "step-000005.1"}) {
+    EXPECT_FALSE(fs::exists(dir.path() / old)) << old << " was not pruned";
+  }
+  EXPECT_EQ(remat::train::load_state_dir(dir.path()).second["step"], 6);
+}
+
+// Issue 39: a meta.json with one extra field nested 100,000 deep passed the parser, then its
+// checksum's dump() recursed until the stack overflowed (SIGSEGV). Refused before parsing; and so
+// is a plan or a profile nested as deep.
+TEST(StateDir, ADeeplyNestedMetaJsonIsRefusedBeforeParsing) {
+  TempDir dir;
+  const fs::path state = remat::train::save_state_dir(dir.path(), 1, {{"step", 1}},
+                                                      [](const fs::path& into) { write_file(into / "a.bin", "x"); });
+  std::string meta = read_file(state / "meta.json");
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  meta.insert(meta.find('{') + 1, "\"extra\": " + deep + ", ");
+  write_file(state / "meta.json", meta);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = error_of([&] { remat::train::load_state_dir(dir.path()); });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_NE(message.find("meta.json': the JSON nests arrays and objects more than 16 levels deep"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("the state is corrupt. Resume from another copy"), std::string::npos) << message;
+
+  const std::string deep_plan = "{\"format\": \"remat-plan\", \"plan\": " + deep + "}";
+  REMAT_EXPECT_ERROR(remat::Plan::from_json(deep_plan, "deep.json"),
+                     "deep.json: the JSON nests arrays and objects more than 515 levels deep");
+  REMAT_EXPECT_ERROR(remat::CostTable::from_json("{\"stages\": " + deep + "}", "deep-profile.json"),
+                     "deep-profile.json: the JSON nests arrays and objects more than");
+}
+
+// Issue 39: a folder at `latest` failed the save only after the whole run had trained.
+TEST(Train, AFolderAtLatestIsRefusedBeforeTheFirstStep) {
+  TempDir dir;
+  fs::create_directories(dir / "run" / "latest");
+  TrainOptions o = small_run();
+  o.save_dir = (dir / "run").string();
+  REMAT_EXPECT_ERROR(Trainer{o}, "its 'latest' is a folder, but a save writes the name of the newest state there");
+  REMAT_EXPECT_ERROR(remat::train::check_state_dir_writable(dir / "run"), "Move that folder away");
+  EXPECT_TRUE(fs::is_directory(dir / "run" / "latest")) << "the folder is the user's: left alone";
 }
 
 TEST(Train, AResumedRunMustTrainOnTheSameCorpus) {

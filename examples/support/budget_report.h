@@ -20,6 +20,7 @@
 
 #include <torch/torch.h>
 
+#include "remat/base/error.h"
 #include "remat/planning/budget_planner.h"
 #include "remat/planning/plan_comparison.h"
 #include "remat/memory/memory.h"
@@ -343,6 +344,26 @@ inline int64_t count_argument(const std::string& flag, const char* text, int64_t
   const int64_t count = digits ? std::stoll(value) : 0;
   TORCH_CHECK(count >= 1 && count <= most, flag, " expects a whole number from 1 to ", most, ", got '", value, "'");
   return count;
+}
+
+/// Refuses, before anything runs, an argument that is not one of the example's: `switches` stand
+/// alone (--quick), `counts` take the next argument as a count (--steps 3). A misspelt flag would
+/// otherwise be ignored and the example run as if it had not been given.
+inline void check_arguments(int argc, char** argv, const std::vector<std::string>& switches,
+                            const std::vector<std::string>& counts) {
+  std::string accepted;
+  for (const auto& s : switches) accepted += (accepted.empty() ? "" : ", ") + s;
+  for (const auto& c : counts) accepted += (accepted.empty() ? "" : ", ") + c + " N";
+  for (int i = 1; i < argc; ++i) {
+    const std::string argument = argv[i];
+    if (std::find(switches.begin(), switches.end(), argument) != switches.end()) continue;
+    if (std::find(counts.begin(), counts.end(), argument) != counts.end()) {
+      TORCH_CHECK(i + 1 < argc, argument, " expects a whole number after it; the arguments are ", accepted, ".");
+      ++i;  // its count, checked where it is read
+      continue;
+    }
+    TORCH_CHECK(false, "unknown argument ", remat::printable(argument, 40), "; the arguments are ", accepted, ".");
+  }
 }
 
 /// "--quick" anywhere in the arguments: the small configuration the tests run.

@@ -39,29 +39,72 @@ std::string FieldError::message_naming(const std::function<std::string(const std
   return render(marked_, name_of);
 }
 
-std::string printable(const std::string& text, size_t max_chars) {
-  std::string out = "'";
-  size_t shown = std::min(text.size(), max_chars);
-  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80)
-    --shown;  // whole UTF-8 characters
-  for (size_t i = 0; i < shown; ++i) {
+namespace {
+
+// Length of the valid UTF-8 sequence at text[i] and its code point; 0 when the bytes there are not
+// one (a stray continuation byte, a truncated sequence, an overlong form, a surrogate, > U+10FFFF).
+size_t utf8_at(const std::string& text, size_t i, uint32_t& code_point) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  const size_t length = lead >= 0xC2 && lead <= 0xDF   ? 2
+                        : lead >= 0xE0 && lead <= 0xEF ? 3
+                        : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                       : 0;
+  if (length == 0 || i + length > text.size()) return 0;
+  code_point = lead & (0xFF >> (length + 1));
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    code_point = (code_point << 6) | (byte(i + k) & 0x3F);
+  }
+  const uint32_t least = length == 2 ? 0x80 : length == 3 ? 0x800 : 0x10000;
+  if (code_point < least || code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF)) return 0;
+  return length;
+}
+
+}  // namespace
+
+std::string escape_unprintable(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
+    uint32_t code_point = 0;
+    const size_t length = c >= 0x80 ? utf8_at(text, i, code_point) : 0;
     if (c == '\n') {
       out += "\\n";
     } else if (c == '\r') {
       out += "\\r";
     } else if (c == '\t') {
       out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else if (length > 0 && code_point >= 0xA0) {
+      out.append(text, i, length);  // a printable character beyond ASCII, as it is
+      i += length;
+      continue;
+    } else if (length > 0) {
+      // A C1 control (U+0080 to U+009F: U+009B is a terminal's CSI, like ESC [).
+      out += "\\u00";
+      out += hex[code_point >> 4];
+      out += hex[code_point & 15];
+      i += length;
+      continue;
+    } else {
+      // A control byte, DEL, or a byte that is not part of valid UTF-8.
       out += "\\x";
       out += hex[c >> 4];
       out += hex[c & 15];
-    } else {
-      out += static_cast<char>(c);
     }
+    ++i;
   }
-  out += "'";
+  return out;
+}
+
+std::string printable(const std::string& text, size_t max_chars) {
+  size_t shown = std::min(text.size(), max_chars);
+  while (shown > 0 && shown < text.size() && (static_cast<unsigned char>(text[shown]) & 0xC0) == 0x80)
+    --shown;  // whole UTF-8 characters
+  std::string out = "'" + escape_unprintable(text.substr(0, shown)) + "'";
   if (shown < text.size()) out += " (and " + std::to_string(text.size() - shown) + " more characters)";
   return out;
 }

@@ -104,6 +104,19 @@ void run_demo(DemoFlags& flags) {
   REMAT_CHECK(o.tokens >= 1 && o.tokens <= (1 << 20), "--seq must be in [1, 1048576], got ", o.tokens, ".");
   REMAT_CHECK(o.dropout >= 0 && o.dropout <= 0.99, "--dropout must be in [0, 0.99], got ", o.dropout, ".");
   REMAT_CHECK(o.threads >= 1 && o.threads <= 256, "--threads must be in [1, 256], got ", o.threads, ".");
+  {
+    // Refused before allocating, rather than by LibTorch's allocator: the weights and their
+    // gradients (8 C^2 a layer), and the unchecked run's activations (about 12 BTC a layer: the
+    // norm, the 4C-wide product and its GELU, the output and its dropout mask), in fp32.
+    const double channels = static_cast<double>(o.channels), tokens = static_cast<double>(o.batch * o.tokens);
+    const double bytes = 4.0 * static_cast<double>(o.layers) * (2 * 8 * channels * channels + 12 * tokens * channels) +
+                         4.0 * 2 * tokens * channels;
+    check_fits_in_machine_memory(bytes,
+                                 "a residual stack of layers " + std::to_string(o.layers) + ", hidden " +
+                                     std::to_string(o.channels) + ", batch " + std::to_string(o.batch) + ", seq " +
+                                     std::to_string(o.tokens),
+                                 "Lower --layers, --hidden, --batch or --seq.");
+  }
   std::ostream& out = human_output(flags.json);
   const std::string threads = set_cpu_threads(o.threads).to_string();
   install_cpu_memory_tracker();

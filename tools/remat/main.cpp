@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "invocation.h"
+#include "model_flags.h"
 #include "remat/base/error.h"
 #include "remat/memory/memory.h"
 #include "remat/base/threads.h"
@@ -49,9 +50,10 @@ std::string flag_of(const std::string& field) {
   return it == flags.end() ? field : it->second;
 }
 
-// What an error shows on the terminal: control characters escaped (a terminal escape in a stage
-// name or a value must not reach the terminal), line breaks kept, and any run of more than 120
-// characters without a blank (a 100 kB argument a message quotes) cut to its first 100.
+// What an error shows on the terminal: everything a terminal could act on escaped
+// (remat::escape_unprintable: control bytes, C1 controls, bytes that are not valid UTF-8), line
+// breaks kept, and any run of more than 120 characters without a blank (a 100 kB argument a
+// message quotes) cut to its first 100.
 std::string for_terminal(const std::string& message) {
   constexpr size_t kLongest = 120, kShown = 100;
   std::string out;
@@ -61,17 +63,7 @@ std::string for_terminal(const std::string& message) {
     while (end < message.size() && message[end] != ' ' && message[end] != '\n') ++end;
     size_t shown = end - i <= kLongest ? end - i : kShown;
     while (shown < end - i && (static_cast<unsigned char>(message[i + shown]) & 0xC0) == 0x80) --shown;
-    for (size_t k = i; k < i + shown; ++k) {
-      const auto c = static_cast<unsigned char>(message[k]);
-      if (c < 0x20 || c == 0x7f) {
-        static const char* hex = "0123456789abcdef";
-        out += c == '\r'   ? std::string("\\r")
-               : c == '\t' ? std::string("\\t")
-                           : std::string("\\x") + hex[c >> 4] + hex[c & 15];
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
+    out += remat::escape_unprintable(message.substr(i, shown));
     if (shown < end - i) out += "... (" + std::to_string(end - i - shown) + " more characters)";
     if (end < message.size()) out += message[end];
     i = end + 1;
@@ -102,6 +94,7 @@ int main(int argc, char** argv) {
   remat::cli::add_bench_command(app);
   remat::cli::add_trace_command(app);
   remat::cli::add_worker_command(app);
+  remat::cli::make_numbers_decimal(app);
   // CLI11 would say "A subcommand is required" for `remat frobnicate`: name it and the real ones.
   std::string names;
   bool known = argc < 2 || argv[1][0] == '-';

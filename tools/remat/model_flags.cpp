@@ -1,5 +1,7 @@
 #include "model_flags.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdlib>
 
@@ -41,6 +43,7 @@ void ModelFlags::add_to(CLI::App& command, ModelUse model_use, const std::string
   }
   command.add_option("--threads", options.threads, "CPU threads (OpenBLAS's when present, remat/base/threads.h)")
       ->capture_default_str()
+      ->check(whole_number_from(1, 1000000))
       ->group("Machine");
   command.add_option("--seed", options.seed, "Seed of initialisation, dropout and batches")
       ->capture_default_str()
@@ -74,6 +77,108 @@ CLI::Validator whole_number_from(long long least, unsigned long long most) {
         return errno == ERANGE || value > most || below ? words + got : std::string();
       },
       "INT");
+}
+
+namespace {
+
+// Decimal digits, an optional '-' first: what a whole number on the command line may be.
+bool decimal_digits(const std::string& text) {
+  const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  return text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
+}
+
+// A number in decimal notation: digits with an optional fraction and exponent, an optional '-'
+// first; not hexadecimal (0x1p3), inf or nan, which strtod would also read.
+bool decimal_notation(const std::string& text) {
+  size_t at = !text.empty() && text[0] == '-' ? 1 : 0;
+  const auto digits = [&] {
+    const size_t start = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9') ++at;
+    return at - start;
+  };
+  size_t mantissa = digits();
+  if (at < text.size() && text[at] == '.') {
+    ++at;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (at < text.size() && (text[at] == 'e' || text[at] == 'E')) {
+    ++at;
+    if (at < text.size() && (text[at] == '+' || text[at] == '-')) ++at;
+    if (digits() == 0) return false;
+  }
+  return at == text.size();
+}
+
+// CLI11 reads integers with strtoll's automatic base (010 is 8, 0x10 is 16) and clamps what is
+// beyond int64 (strtoll's ERANGE) to its largest value; this transform, run before any other
+// check of the option, makes them decimal: leading zeros dropped (010 is 10), anything but digits
+// refused, and a value beyond the type's range (int64, or uint64 for `is_unsigned`) refused with
+// the range in words. Narrower ranges are the options' own checks (whole_number_from, Range).
+CLI::Validator decimal_whole_number(bool is_unsigned) {
+  const std::string range = is_unsigned ? "a whole number from 0 to 18446744073709551615"
+                                        : "a whole number from -9223372036854775808 to 9223372036854775807";
+  return CLI::Validator(
+      [range, is_unsigned](std::string& text) -> std::string {
+        const std::string got = ", got " + remat::printable(text, 40);
+        if (!decimal_digits(text)) {
+          const bool based = text.find_first_of("xXbBoO") != std::string::npos;
+          return range + " in decimal digits" + got + (based ? " (hexadecimal, octal and binary are not read)" : "");
+        }
+        const bool negative = text[0] == '-';
+        std::string digits = text.substr(negative ? 1 : 0);
+        digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size() - 1));  // 010 is ten
+        const bool zero = digits == "0";
+        const std::string most = is_unsigned ? "18446744073709551615"
+                                 : negative  ? "9223372036854775808"
+                                             : "9223372036854775807";
+        const bool out_of_range = (negative && !zero && is_unsigned) || digits.size() > most.size() ||
+                                  (digits.size() == most.size() && digits > most);
+        if (out_of_range) return range + got;
+        text = (negative && !zero ? "-" : "") + digits;
+        return std::string();
+      },
+      "", "");
+}
+
+// The same for a real number: decimal notation only, refused otherwise.
+CLI::Validator decimal_real_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        if (decimal_notation(text)) return std::string();
+        return "a number in decimal notation (like 3, 0.5 or 3e-4), got " + remat::printable(text, 40);
+      },
+      "", "");
+}
+
+void make_numbers_decimal_in(CLI::App& command) {
+  for (CLI::Option* option : command.get_options()) {
+    if (option->get_type_size_max() == 0) continue;  // a flag
+    const std::string type = option->get_type_name().substr(0, option->get_type_name().find(':'));
+    if (type == "INT" || type == "UINT") {
+      option->transform(decimal_whole_number(type == "UINT"));
+    } else if (type == "FLOAT") {
+      option->transform(decimal_real_number());
+    }
+  }
+  for (CLI::App* sub : command.get_subcommands([](CLI::App*) { return true; })) make_numbers_decimal_in(*sub);
+}
+
+}  // namespace
+
+void make_numbers_decimal(CLI::App& app) { make_numbers_decimal_in(app); }
+
+void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& inputs,
+                              const std::string& output_flag, const std::string& output) {
+  struct stat written {};
+  if (output.empty() || ::stat(output.c_str(), &written) != 0) return;  // not there yet: no input's
+  for (const auto& [flag, input] : inputs) {
+    struct stat read {};
+    if (input.empty() || ::stat(input.c_str(), &read) != 0) continue;
+    REMAT_CHECK(read.st_dev != written.st_dev || read.st_ino != written.st_ino, output_flag, " ",
+                remat::printable(output, 80), " is the file that ", flag, " ", remat::printable(input, 80),
+                " reads: writing it would replace that input. Give ", output_flag, " another file.");
+  }
 }
 
 void ModelFlags::refuse_together(const char* first, const char* second) const {

@@ -39,6 +39,13 @@ struct ModelFlags {
   void refuse_together(const char* first, const char* second) const;
 };
 
+/// Refuses, before any work, an output file that is the same file as one of `inputs` (flag, path):
+/// the same device and inode, so another spelling, a symbolic link or a hard link to the input is
+/// refused too. `remat plan --profile p.json --save-plan p.json` would replace the profile it read.
+/// Empty paths and outputs that do not exist yet pass.
+void refuse_output_over_input(const std::vector<std::pair<std::string, std::string>>& inputs,
+                              const std::string& output_flag, const std::string& output);
+
 /// `--budget B[,B...]` (also repeatable): activation budgets as bytes, KiB/MiB/GiB or % of the
 /// unchecked peak. `empty_means_none`: `''`
 /// stands for "no budget" (bench's list); otherwise an empty budget is refused, not taken as none.
@@ -55,6 +62,13 @@ CLI::Option* add_checkpoint_mode_option(CLI::App& command, std::vector<Checkpoin
 /// unless it is int64's largest): CLI11's NonNegativeNumber prints its range as a 309-digit
 /// double, and an unsigned flag silently clamps 2^64 to 2^64-1. Out of range is refused.
 CLI::Validator whole_number_from(long long least, unsigned long long most = 9223372036854775807ULL);
+
+/// Every numeric option of `app` and its subcommands read in decimal only: CLI11 alone reads 010 as
+/// 8, 0x10 as 16 and clamps 99999999999999999999 to int64's largest. Whole numbers: leading zeros
+/// dropped (010 is 10), other bases and values beyond the type's range refused with the range in
+/// words; real numbers: decimal notation (3, 0.5, 3e-4), not hexadecimal, inf or nan. Called once,
+/// after every command has added its options.
+void make_numbers_decimal(CLI::App& app);
 
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help);
 

@@ -447,6 +447,8 @@ void add_plan_command(CLI::App& app) {
   add_json_flag(*plan, flags->json);
   plan->callback([flags] {
     flags->model.apply_preset();
+    refuse_output_over_input({{"--profile", flags->profile_file}, {"--data", flags->model.options.data_file}},
+                             "--save-plan", flags->save_file);
     flags->model.refuse_together("--policy", "--budget");
     REMAT_CHECK(flags->maximize.empty() || !flags->budgets.empty(),
                 "--maximize throughput needs --budget: the micro-batch is chosen for the most throughput under it.");

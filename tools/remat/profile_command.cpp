@@ -36,6 +36,7 @@ void add_profile_command(CLI::App& app) {
   add_json_flag(*cmd, flags->json);
   cmd->callback([flags] {
     flags->model.apply_preset();
+    refuse_output_over_input({{"--data", flags->model.options.data_file}}, "--save-profile", flags->save_file);
     std::ostream& out = human_output(flags->json);
     const ModelCosts costs = profile_model(flags->model.options, flags->repeats, flags->model.checkpoint_mode);
     out << costs.half.to_table();

@@ -1,6 +1,7 @@
 #include "strategies.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -133,6 +134,11 @@ std::string model_title(const train::TrainOptions& o) {
 
 CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
   flags.model.apply_preset();
+  // The files bench writes in --out: none may be the profile or the text it reads.
+  for (const char* written : {"profile.json", "bench.json", "bench.csv", "report.md"}) {
+    refuse_output_over_input({{"--profile", flags.profile_file}, {"--data", flags.model.options.data_file}}, "--out",
+                             (std::filesystem::path(flags.out_dir) / written).string());
+  }
   flags.model.options.model.validate();
   CheckedStrategies checked{prepare_out_dir(flags.out_dir),
                             runnable_policies(flags, flags.model.options.model.layers()), budget_list(flags.budgets)};

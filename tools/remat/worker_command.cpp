@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/serialize.h>
 
+#include "base/json_nesting.h"
 #include "commands.h"
 #include "model_flags.h"
 #include "planning.h"
@@ -115,6 +116,7 @@ class StepServer {
 
 void run_worker(WorkerFlags& flags) {
   flags.model.apply_preset();
+  refuse_output_over_input({{"--data", flags.model.options.data_file}}, "--export", flags.export_file);
   install_cpu_memory_tracker();
   const SampleModel sample = make_sample_model(flags.model.options);
   export_model_and_batch(sample, flags.export_file);
@@ -130,6 +132,9 @@ void run_worker(WorkerFlags& flags) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json reply;
     try {
+      // A request wraps a plan in one object: refused deeper than any plan before it is parsed
+      // (its dump() for Plan::from_json would recurse once per level).
+      check_json_nesting(line, "request", 2 * Plan::kMaxNesting + 4, "one JSON object per line");
       reply = server.answer(nlohmann::json::parse(line));
     } catch (const nlohmann::json::exception& e) {
       reply = {{"error", std::string("malformed request: ") + e.what()}};

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <vector>
 #include <fstream>
 #include <iomanip>
@@ -17,6 +18,7 @@
 
 #include <cstring>
 
+#include "base/json_nesting.h"
 #include "remat/base/error.h"
 #include "remat/internal/files.h"
 
@@ -92,6 +94,10 @@ FileDigest digest_of_state_file(const fs::path& path, const std::string& what) {
   return digest;
 }
 
+// meta.json nests 3 levels (the files, each an object); anything far deeper was not written by a save.
+constexpr int64_t kMetaNesting = 3;
+constexpr int64_t kMetaMaxNesting = 16;
+
 // meta.json's own checksum, over its compact form without the checksum field.
 constexpr const char* kMetaChecksum = "meta_fnv1a64";
 std::string meta_checksum(nlohmann::json meta) {
@@ -127,14 +133,75 @@ void file_operation() {
   if (crash_before_operation > 0 && ++operations_done == crash_before_operation) ::kill(::getpid(), SIGKILL);
 }
 
-// Temporaries of saves that died (kill -9, power loss): their process is gone.
-bool left_by_a_dead_save(const std::string& name) {
-  if (name.rfind(".tmp-", 0) != 0 && name.rfind(".old-", 0) != 0) return false;
+// The names remat writes in a state folder, recognised exactly: whatever else a user keeps there
+// (step-0000-notes/, step-000001-backup/, .tmp-mine/) is never taken for remat's and never removed.
+
+// A run of decimal digits at text[at...] up to `end` (npos: the end), without a leading zero unless
+// `leading_zeros`, as a number; nullopt for anything else (empty, a sign, too long).
+std::optional<int64_t> digits_at(const std::string& text, size_t at, size_t end, bool leading_zeros) {
+  if (end == std::string::npos) end = text.size();
+  if (at >= end || end - at > 18) return std::nullopt;
+  if (!leading_zeros && text[at] == '0' && end - at > 1) return std::nullopt;
+  int64_t value = 0;
+  for (size_t i = at; i < end; ++i) {
+    if (text[i] < '0' || text[i] > '9') return std::nullopt;
+    value = value * 10 + (text[i] - '0');
+  }
+  return value;
+}
+
+// A state folder's name exactly as a save writes it (step_name(step), then ".K" for the K-th re-save
+// of that step): its step and K (0 for none); nullopt for any other name.
+std::optional<std::pair<int64_t, int64_t>> state_name_parts(const std::string& name) {
+  if (name.rfind("step-", 0) != 0) return std::nullopt;
+  const size_t dot = name.find('.', 5);
+  const std::optional<int64_t> step = digits_at(name, 5, dot, /*leading_zeros=*/true);
+  if (!step || step_name(*step) != name.substr(0, dot)) return std::nullopt;  // exactly six digits (more, unpadded)
+  if (dot == std::string::npos) return std::make_pair(*step, int64_t{0});
+  const std::optional<int64_t> resave = digits_at(name, dot + 1, std::string::npos, /*leading_zeros=*/false);
+  if (!resave || *resave < 1) return std::nullopt;
+  return std::make_pair(*step, *resave);
+}
+
+// The process id in a temporary's name, if the name is exactly one a save writes:
+// ".tmp-step-000040-PID" (a state being written), ".tmp-probe-PID" (check_state_dir_writable) or
+// "latest.tmp.PID.N" (write_file_atomically's, replacing `latest`).
+std::optional<int64_t> temporary_pid(const std::string& name) {
+  if (name.rfind(".tmp-probe-", 0) == 0) return digits_at(name, 11, std::string::npos, false);
+  if (name.rfind("latest.tmp.", 0) == 0) {
+    const size_t dot = name.find('.', 11);
+    if (dot == std::string::npos || !digits_at(name, dot + 1, std::string::npos, false)) return std::nullopt;
+    return digits_at(name, 11, dot, false);
+  }
+  if (name.rfind(".tmp-step-", 0) != 0) return std::nullopt;
   const size_t dash = name.rfind('-');
-  const long pid = std::strtol(name.c_str() + dash + 1, nullptr, 10);
-  if (pid <= 0) return true;  // not a name a save writes
-  if (pid == ::getpid()) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  const auto parts = state_name_parts(name.substr(5, dash - 5));
+  if (dash <= 5 || !parts || parts->second != 0) return std::nullopt;
+  return digits_at(name, dash + 1, std::string::npos, false);
+}
+
+// Temporaries of saves that died (kill -9, power loss): a name a save writes, whose process is gone.
+bool left_by_a_dead_save(const std::string& name) {
+  const std::optional<int64_t> pid = temporary_pid(name);
+  if (!pid || *pid <= 0 || *pid == ::getpid()) return false;
+  return ::kill(static_cast<pid_t>(*pid), 0) != 0 && errno == ESRCH;
+}
+
+// A save ends by writing the new state's name to `latest`: a folder there (not a link to one, which
+// is replaced as a name) would fail it after the whole run, so a run checks before its first step.
+void refuse_a_folder_at_latest(const fs::path& dir) {
+  std::error_code error;
+  REMAT_CHECK(!fs::is_directory(fs::symlink_status(dir / "latest", error)), "cannot save state in '", dir.string(),
+              "': its 'latest' is a folder, but a save writes the name of the newest state there, as a file. ",
+              "Move that folder away, or choose another folder to save to.");
+}
+
+// A complete state a save wrote: a folder (not a link) of a state's exact name holding a meta.json.
+bool saved_state(const fs::directory_entry& entry) {
+  std::error_code error;
+  return state_name_parts(entry.path().filename().string()) &&
+         fs::is_directory(fs::symlink_status(entry.path(), error)) &&
+         fs::is_regular_file(fs::symlink_status(entry.path() / "meta.json", error));
 }
 
 // A name no state in `dir` has: step-000040, or step-000040.1, .2, ... for a re-save of that step
@@ -159,6 +226,7 @@ void check_state_dir_writable(const fs::path& dir) {
   REMAT_CHECK(!error && fs::is_directory(dir), "cannot create the state directory '", dir.string(), "' (",
               error ? error.message() : std::string("a file of that name is in the way"),
               "); choose a folder you can write.");
+  refuse_a_folder_at_latest(dir);
   const fs::path probe = dir / (".tmp-probe-" + std::to_string(::getpid()));
   const bool written = static_cast<bool>(std::ofstream(probe) << "probe\n");
   fs::remove(probe, error);
@@ -176,6 +244,7 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     if (left_by_a_dead_save(entry.path().filename().string())) fs::remove_all(entry.path(), error);
   }
+  refuse_a_folder_at_latest(dir);
   const fs::path temporary = dir / (".tmp-" + step_name(step) + "-" + std::to_string(::getpid()));
   fs::remove_all(temporary, error);
   file_operation();
@@ -220,17 +289,20 @@ fs::path save_state_dir(const fs::path& dir, int64_t step, nlohmann::json meta,
   file_operation();
   sync_to_disk(dir);
   // Only now are older states garbage: all but the newest `keep_last` up to this one (an earlier
-  // save of this step included). States of later steps (a run this one resumed before) stay.
-  std::vector<std::string> older;
+  // save of this step included). States of later steps (a run this one resumed before) stay, and
+  // so does everything whose name is not exactly a state's (a user's step-000001-backup/).
+  const auto saved = *state_name_parts(name);
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> older;  // by step, then re-save
   for (const auto& entry : fs::directory_iterator(dir, error)) {
     const std::string other = entry.path().filename().string();
-    if (other.rfind("step-", 0) == 0 && other < name) older.push_back(other);  // zero-padded: names sort by step
+    const auto parts = state_name_parts(other);
+    if (parts && *parts < saved && saved_state(entry)) older.emplace_back(*parts, other);
   }
   std::sort(older.begin(), older.end());
   const size_t keep_older = static_cast<size_t>(keep_last - 1);
   for (size_t i = 0; i + keep_older < older.size(); ++i) {
     file_operation();
-    fs::remove_all(dir / older[i], error);
+    fs::remove_all(dir / older[i].second, error);
   }
   return dir / name;
 }
@@ -263,6 +335,10 @@ std::pair<fs::path, nlohmann::json> load_state_dir(const fs::path& dir) {
     const size_t nul = text.find('\0');
     REMAT_CHECK(nul == std::string::npos, where, ": '", meta_path, "' holds a NUL byte at byte ", nul,
                 ": it is not the text remat wrote; the state is corrupt.");
+    // Before parsing: copying or dumping a value nested 100,000 deep would overflow the stack.
+    check_json_nesting(text, where + ": '" + meta_path + "'", kMetaMaxNesting,
+                       "the meta.json remat wrote (it nests " + std::to_string(kMetaNesting) +
+                           " levels); the state is corrupt. Resume from another copy");
     try {
       meta = nlohmann::json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {

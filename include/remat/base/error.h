@@ -43,11 +43,17 @@ class FieldError : public c10::Error {
   std::vector<std::string> fields_;
 };
 
-/// `text` as an error message may quote it: in single quotes, control characters escaped (an ANSI
-/// escape becomes \x1b, a CR \r), at most `max_chars` characters of it and then how many more there
-/// were. For values a user or a file supplied: a 100 kB argument or a terminal escape in a stage
-/// name must not reach the terminal as it is.
+/// `text` as an error message may quote it: in single quotes, escaped as escape_unprintable does,
+/// at most `max_chars` bytes of it (whole characters) and then how many more there were. For values
+/// a user or a file supplied: a 100 kB argument or a terminal escape in a stage name must not reach
+/// the terminal as it is.
 std::string printable(const std::string& text, size_t max_chars = 100);
+
+/// `text` with nothing a terminal could act on: printable ASCII and valid UTF-8 characters from
+/// U+00A0 up as they are; \n, \r and \t as those two characters; other control bytes, DEL and
+/// every byte that is not part of valid UTF-8 as \xNN; C1 controls (U+0080 to U+009F, U+009B being
+/// a CSI) as \u00NN.
+std::string escape_unprintable(const std::string& text);
 
 namespace detail {
 /// Throws FieldError when `message` names a field, c10::Error otherwise.

@@ -16,14 +16,19 @@ namespace remat {
 
 class Budget {
  public:
-  /// `bytes` of activation memory (>= 0).
+  /// The most bytes a budget may be: 2^53 (8 PiB), as any size in a cost table, so that no
+  /// planner's arithmetic on it can overflow.
+  static constexpr int64_t kMaxBytes = int64_t{1} << 53;
+
+  /// `bytes` of activation memory, from 0 to kMaxBytes.
   static Budget bytes(int64_t bytes);
   /// `percent` of the unchecked activation peak, in (0, 1000].
   static Budget percent(double percent);
   /// `fraction` of the unchecked activation peak, in (0, 10].
   static Budget fraction(double fraction);
-  /// "512MiB", "1.5GiB", "800KiB", "300000B", "123456" (bytes) or "50%"; a clear error for anything
-  /// else ("12parsecs", "", "1e400").
+  /// "512MiB", "1.5GiB", "800KiB", "300000B", "123456" (bytes) or "50%": a decimal number (digits,
+  /// optionally a fraction and an exponent: 1.5, 2e9) then at once the unit. A clear error for
+  /// anything else ("12parsecs", "", "1e400", "0x10MiB", " 50%", "-0", "1e-5": less than a byte).
   static Budget parse(const std::string& text);
 
   Budget(const char* text) : Budget(parse(text == nullptr ? std::string() : std::string(text))) {}  // NOLINT
@@ -32,7 +37,8 @@ class Budget {
   template <typename Integer, typename = std::enable_if_t<std::is_arithmetic<Integer>::value>>
   Budget(Integer) = delete;
 
-  /// The budget in bytes, a share taken of `unchecked_peak_bytes`.
+  /// The budget in bytes, a share taken of `unchecked_peak_bytes`; a clear error when that share
+  /// is beyond kMaxBytes or the peak is negative.
   int64_t to_bytes(int64_t unchecked_peak_bytes) const;
   /// True for a share of the unchecked peak ("50%"), false for bytes.
   bool is_relative() const { return relative_; }
@@ -40,9 +46,11 @@ class Budget {
   const std::string& text() const { return text_; }
 
  private:
-  Budget(bool relative, double value, std::string text) : relative_(relative), value_(value), text_(std::move(text)) {}
+  Budget(bool relative, double share, int64_t bytes, std::string text)
+      : relative_(relative), share_(share), bytes_(bytes), text_(std::move(text)) {}
   bool relative_ = false;
-  double value_ = 0;  // bytes, or the share of the unchecked peak (0.5 for 50%)
+  double share_ = 0;   // of the unchecked peak (0.5 for 50%), when relative
+  int64_t bytes_ = 0;  // exact (a double would round 2^63 - 1 up, out of int64), when not
   std::string text_;
 };
 
