@@ -266,6 +266,44 @@ TEST(Planner, ParsesBudgets) {
   REMAT_EXPECT_ERROR(remat::Budget::parse("1e400").to_bytes(100), "budget '1e400' is out of range");
 }
 
+// Issue 39: hexadecimal, leading blanks, a sign and less than a byte were read as budgets (std::stod
+// takes them all), and Budget::bytes(INT64_MAX) came back negative through a double.
+TEST(Budget, RefusesWhatIsNotADecimalNumberOfBytesAndOverflow) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"0x10MiB", "budget '0x10MiB' is hexadecimal; write the number in decimal"},
+      {" \t50%", "budget ' \\t50%' does not start with a decimal number"},
+      {"-0", "budget '-0' does not start with a decimal number"},
+      {"+5MiB", "budget '+5MiB' does not start with a decimal number"},
+      {"1e-5", "budget '1e-5' is less than one byte; give 0 or at least 1 byte"},
+      {"1e-400", "budget '1e-400' is less than one byte"},
+      {"0.5", "budget '0.5' is less than one byte"},
+      {"1.MiB", "budget '1.MiB' does not start with a decimal number"},
+      {"inf", "budget 'inf' does not start with a decimal number"},
+      {"nan%", "budget 'nan%' does not start with a decimal number"},
+      {"9PiB", "budget '9PiB' has an unknown unit 'PiB'"},
+      {"9000000GiB", "budget '9000000GiB' is out of range: at most 2^53 bytes (8 PiB)"},
+      {"5\xc2\x9b", "budget '5\\u009b' has an unknown unit '\\u009b'"}};
+  for (const auto& [text, expected] : refused) {
+    const std::string message = remat::testing::error_of([&] { remat::Budget::parse(text); });
+    EXPECT_NE(message.find(expected), std::string::npos) << "'" << text << "': " << message;
+    EXPECT_NE(message.find("write it as bytes (123456 or 123456B)"), std::string::npos)
+        << "'" << text << "' is refused without the accepted forms: " << message;
+  }
+  EXPECT_EQ(remat::Budget::parse("0").to_bytes(100), 0);
+  EXPECT_EQ(remat::Budget::parse("1e3").to_bytes(0), 1000);
+  EXPECT_EQ(remat::Budget::parse("8192GiB").to_bytes(0), int64_t{1} << 43);
+  EXPECT_EQ(remat::Budget::parse("0.3KiB").to_bytes(0), 307);
+
+  // Exact to 2^53 bytes, and refused beyond it, absolute or a share of a peak alike.
+  EXPECT_EQ(remat::Budget::bytes(remat::Budget::kMaxBytes).to_bytes(0), remat::Budget::kMaxBytes);
+  EXPECT_EQ(remat::Budget::bytes(remat::Budget::kMaxBytes - 1).to_bytes(0), remat::Budget::kMaxBytes - 1);
+  REMAT_EXPECT_ERROR(remat::Budget::bytes(INT64_MAX),
+                     "a budget in bytes must be at most 2^53 (8 PiB), got 9223372036854775807");
+  REMAT_EXPECT_ERROR(remat::Budget::percent(1000).to_bytes(INT64_MAX), "bytes, out of range: at most 2^53 (8 PiB)");
+  REMAT_EXPECT_ERROR(remat::Budget::parse("50%").to_bytes(-1), "must not be negative, got -1 bytes");
+  EXPECT_EQ(remat::Budget::percent(50).to_bytes(int64_t{1} << 53), int64_t{1} << 52);
+}
+
 TEST(Simulator, ChargesOnlyASegmentsLastStageItsGraphOnlyCosts) {
   std::mt19937 rng(7);
   CostTable costs = random_chain(rng, 5, 1);
@@ -808,4 +846,113 @@ TEST(Throughput, InterpolatesLinearlyBetweenProfiledBatchSizesAndRefusesMismatch
   REMAT_EXPECT_ERROR(remat::plan_throughput([&](int64_t b) { return truth(b); }, 12, "50%",
                                             remat::ThroughputOptions().micro_batches({5})),
                      "micro-batch 5 does not divide the global batch 12");
+}
+
+// Issue 39: tables and plans built in code reached the simulator and the planners unchecked: a stage
+// index of 99,999,999 or an empty table crashed simulate (SIGSEGV), a plan without stage options
+// read out of bounds, plan_optimal crashed on a negative output_bytes (SIGSEGV) and on -inf seconds
+// with INT64_MAX kept bytes (SIGBUS), and a NaN time was accepted. Each is now refused with the
+// loader's checks (one function: CostTable::check_well_formed, Plan::check_well_formed).
+TEST(PlanningApi, TablesAndPlansBuiltInCodeAreCheckedAsTheLoadersCheckThem) {
+  std::mt19937 rng(39);
+  const CostTable good = random_chain(rng, 4, 2);
+  const Plan plain = good.plain_plan();
+  ASSERT_NO_THROW(remat::simulate(plain, good));
+  const remat::Budget half = remat::Budget::parse("50%");
+
+  Plan far = plain;
+  far.items[2] = PlanItem::run(99999999);
+  REMAT_EXPECT_ERROR(remat::simulate(far, good),
+                     "simulate: an item runs stage 99999999 but the plan has 4 stages (indices 0 to 3)");
+  Plan nested_far = plain;
+  nested_far.items = {PlanItem::run(0), PlanItem::checkpointed({PlanItem::run(1), PlanItem::run(-7 + 99999999)}),
+                      PlanItem::run(3)};
+  REMAT_EXPECT_ERROR(remat::simulate(nested_far, good), "but the plan has 4 stages");
+  Plan twice = plain;
+  twice.items[3] = PlanItem::run(2);
+  REMAT_EXPECT_ERROR(remat::simulate(twice, good), "stages must appear once each, in chain order");
+  Plan empty_segment = plain;
+  empty_segment.items.insert(empty_segment.items.begin() + 1, PlanItem::checkpointed({}));
+  REMAT_EXPECT_ERROR(remat::simulate(empty_segment, good), "a checkpointed segment is empty");
+  Plan short_plan = plain;
+  short_plan.items.pop_back();
+  REMAT_EXPECT_ERROR(remat::simulate(short_plan, good), "the plan stops at stage 's3'; it must cover every stage");
+  Plan no_options = plain;
+  no_options.options.clear();
+  REMAT_EXPECT_ERROR(remat::simulate(no_options, good),
+                     "simulate: the plan has 0 stage options (Plan::options) for 4 stages; give one option per stage");
+  Plan few_defaults = plain;
+  few_defaults.default_options.resize(2);
+  REMAT_EXPECT_ERROR(remat::simulate(few_defaults, good), "the plan has 2 default options");
+  REMAT_EXPECT_ERROR(remat::simulate(Plan{}, CostTable{}), "simulate: the plan has no stages");
+  REMAT_EXPECT_ERROR(remat::simulate(plain, CostTable{}), "simulate: the cost table: the cost table has no stages");
+
+  // Each bad number, refused by name wherever the table enters: the simulator and every planner.
+  struct Bad {
+    std::function<void(CostTable&)> change;
+    std::string message;
+  };
+  const std::vector<Bad> bad = {
+      {[](CostTable& t) { t.stages[1].output_bytes = -8; },
+       "stages[1]: field 'output_bytes' must be a whole number of bytes from 0 to 2^53 (8 PiB), found -8."},
+      {[](CostTable& t) { t.stages[2].options[0].forward_seconds = -kInf; },
+       "stages[2].options[0]: field 'forward_seconds' must be a number of seconds, at least 0, found -inf."},
+      {[](CostTable& t) { t.stages[2].options[0].kept_bytes = INT64_MAX; },
+       "stages[2].options[0]: field 'kept_bytes' must be a whole number of bytes from 0 to 2^53"},
+      {[](CostTable& t) { t.stages[0].options[0].backward_seconds = std::nan(""); },
+       "stages[0].options[0]: field 'backward_seconds' must be a number of seconds, at least 0, found nan."},
+      {[](CostTable& t) { t.stages[3].nograd_seconds = kInf; }, "field 'nograd_seconds'"},
+      {[](CostTable& t) { t.segment_bytes = -1; },
+       ": field 'segment_bytes' must be a whole number of bytes from 0 to 2^53"},
+      {[](CostTable& t) {
+         t.stages[1].options.back().graph_only = t.stages[1].options.back();
+         t.stages[1].options.back().graph_only->backward_extra_bytes = -3;
+       },
+       ".graph_only: field 'backward_extra_bytes'"},
+      {[](CostTable& t) {
+         for (auto& s : t.stages) s.output_bytes = int64_t{1} << 52;  // each fine, their sum not
+       },
+       "the table's sizes add up to more than 2^53 bytes (8 PiB) by stages[1]"},
+      {[](CostTable& t) { t.stages[1].block = 99; }, "stages[1]: field 'block' must be -1"},
+      {[](CostTable& t) { t.stages[2].options.clear(); }, "stages[2]: stage 's2' has no options"},
+  };
+  for (const auto& b : bad) {
+    CostTable table = good;
+    b.change(table);
+    SCOPED_TRACE(b.message);
+    // The loader says the same, in the same words, of the same table written to a file (where the
+    // file can hold it: JSON has no NaN or infinity).
+    const std::string own = remat::testing::error_of([&] { table.check_well_formed("costs.json"); });
+    EXPECT_NE(own.find("costs.json: "), std::string::npos) << own;
+    EXPECT_NE(own.find(b.message), std::string::npos) << own;
+    const std::string json = table.to_json();
+    if (json.find("null") == std::string::npos) {
+      EXPECT_EQ(remat::testing::error_of([&] { CostTable::from_json(json, "costs.json"); }), own);
+    }
+    REMAT_EXPECT_ERROR(remat::simulate(plain, table), "simulate: the cost table: ");
+    REMAT_EXPECT_ERROR(remat::simulate(plain, table), b.message);
+    REMAT_EXPECT_ERROR(remat::plan_optimal(table, half), "plan_optimal: the cost table: ");
+    REMAT_EXPECT_ERROR(remat::plan_optimal(table, half), b.message);
+    REMAT_EXPECT_ERROR(remat::least_feasible_budget(table), b.message);
+    REMAT_EXPECT_ERROR((void)remat::OptimalPlanner(table, remat::PlannerOptions()), "planner: the cost table");
+    REMAT_EXPECT_ERROR(remat::revolve_plan(table, half), "revolve: the cost table");
+    REMAT_EXPECT_ERROR(remat::chen_greedy_plan(table, half), "chen: the cost table");
+    REMAT_EXPECT_ERROR(remat::compare_planners(
+                           table, half, {}, [&](const std::string&) { return plain; },
+                           [&](const Plan& p) { return remat::simulate(p, table); }),
+                       "compare_planners: the cost table");
+    REMAT_EXPECT_ERROR(remat::interpolate_costs({{2, good}, {4, table}}, 3), "interpolate_costs: the table at batch 4");
+    REMAT_EXPECT_ERROR(remat::plan_throughput([&](int64_t) { return table; }, 2, half), b.message);
+  }
+  // What each refusal says to do.
+  REMAT_EXPECT_ERROR(
+      [&] {
+        CostTable t = good;
+        t.stages[1].output_bytes = -8;
+        remat::simulate(plain, t);
+      }(),
+      "found -8. Correct the table where it is made");
+  // The good table still plans.
+  EXPECT_NO_THROW(remat::plan_optimal(good, half));
+  EXPECT_NO_THROW(remat::revolve_plan(good, half));
 }

@@ -473,3 +473,71 @@ TEST(SequentialChain, NonReentrantProfilesCostTheGenericEarlyStopAtSegmentEnds) 
   EXPECT_EQ(stopped.stages[1].options[0].at_segment_end().kept_bytes, activation) << "b ends with what it saves";
   EXPECT_NE(stopped.source.find("non-reentrant early stop"), std::string::npos);
 }
+
+namespace {
+
+remat::PlannedOptions quick_planning() {
+  return remat::PlannedOptions().planning(
+      remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1)));
+}
+
+}  // namespace
+
+// Issue 39: a module appended to the Sequential after the Planned was made was silently skipped.
+TEST(Planned, RefusesASequentialChangedAfterItWasMade) {
+  nn::Sequential net = mlp(1);
+  remat::Planned planned(net, "100%", quick_planning());
+  const at::Tensor x = torch::randn({4, 32});
+  planned->forward(x).sum().backward();
+  ASSERT_TRUE(planned->calibrated());
+  net->push_back(nn::Linear(10, 3));
+  const std::string changed = "the Sequential has changed since this Planned was made: it had 5 modules and now has 6";
+  REMAT_EXPECT_ERROR(planned->forward(x), "Planned::forward: " + std::string(changed));
+  REMAT_EXPECT_ERROR(planned->calibrate(x), "Planned::calibrate: " + std::string(changed));
+  REMAT_EXPECT_ERROR(planned->forward(x), "first differing at module 5");
+  REMAT_EXPECT_ERROR(planned->forward(x), "make a Planned of it");
+  planned->eval();
+  REMAT_EXPECT_ERROR(planned->forward(x), changed);  // evaluation skipped it as well
+  // What the message advises: a Planned of the finished Sequential runs all its modules.
+  remat::Planned fresh(net, "100%", quick_planning());
+  const at::Tensor y = fresh->forward(x);
+  EXPECT_EQ(y.size(1), 3) << "the appended module ran";
+  y.sum().backward();
+}
+
+// Issue 39: calibrating on a batch of 0 rows was accepted.
+TEST(Planned, RefusesToCalibrateOnABatchWithoutElements) {
+  remat::Planned planned(mlp(1), "100%", quick_planning());
+  const std::string empty = "the sample batch of shape Float[0, 32] on cpu has no elements (0 rows?)";
+  REMAT_EXPECT_ERROR(planned->calibrate(torch::randn({0, 32})), "Planned::calibrate: " + empty);
+  REMAT_EXPECT_ERROR(planned->forward(torch::randn({0, 32})), empty);
+  REMAT_EXPECT_ERROR(planned->forward(torch::randn({0, 32})), "Calibrate on a batch of the size you train with");
+  EXPECT_FALSE(planned->calibrated());
+  planned->forward(torch::randn({4, 32})).sum().backward();
+  EXPECT_TRUE(planned->calibrated());
+}
+
+// Issue 39: a Planned's first forward inside a checkpoint (its recompute, or a non-reentrant
+// checkpoint's forward) ended in an internal error. It calibrates outside, on a thread of its own,
+// and its gradients are the plain Sequential's.
+TEST(Planned, ItsFirstForwardMayRunInsideACheckpointOfEitherMode) {
+  for (const bool reentrant : {true, false}) {
+    SCOPED_TRACE(reentrant ? "reentrant" : "non-reentrant");
+    nn::Sequential plain = mlp(2);
+    remat::Planned planned(mlp(2), "90%", quick_planning());
+    const at::Tensor x = torch::randn({64, 32});
+    const auto options = remat::CheckpointOptions().use_reentrant(reentrant);
+    for (int step = 0; step < 2; ++step) {
+      for (const bool is_planned : {false, true}) {
+        torch::manual_seed(100 + step);
+        const at::Tensor in = x.clone().requires_grad_(true);
+        const at::Tensor out = remat::checkpoint(
+            [&](const at::Tensor& t) { return is_planned ? planned->forward(t) : plain->forward(t); }, in, options);
+        out.pow(2).sum().backward();
+      }
+      ASSERT_TRUE(planned->calibrated());
+    }
+    remat::testing::expect_same_grads(remat::testing::parameter_grads(*plain),
+                                      remat::testing::parameter_grads(*planned));
+  }
+}

@@ -27,15 +27,22 @@ namespace {
 // Puts the process's threads back however a test ends.
 struct KeepThreads {
   remat::CpuThreads saved = remat::cpu_threads();
-  ~KeepThreads() { remat::restore_cpu_threads(saved); }
+  ~KeepThreads() {
+    try {
+      remat::restore_cpu_threads(saved);
+    } catch (const c10::Error&) {
+      at::set_num_threads(saved.intra_op);  // more threads than CPUs (test_main's 2 on one CPU)
+    }
+  }
 };
 
 // The arrangement LibTorch's defaults give a program on this machine, oversubscribed wherever
-// OpenBLAS has its pool: both pools a thread per CPU (two at least).
+// OpenBLAS has its pool and there are two CPUs or more: both pools a thread per CPU (no more:
+// restore_cpu_threads bounds each pool by the CPUs).
 remat::CpuThreads oversubscribed_arrangement() {
   remat::CpuThreads threads = remat::cpu_threads();
-  threads.intra_op = std::max(2, threads.cpus);
-  if (threads.blas > 0) threads.blas = std::max(2, threads.cpus);
+  threads.intra_op = threads.cpus;
+  if (threads.blas > 0) threads.blas = threads.cpus;
   return threads;
 }
 
@@ -119,6 +126,52 @@ TEST(Threads, SetCpuThreadsGivesTheCoresToOneArrangementAndRefusesMoreThanTheCpu
         << e.what_without_backtrace();
   }
   EXPECT_THROW(remat::set_cpu_threads(0), c10::Error);
+}
+
+// Issue 39: restore_cpu_threads checked lower bounds only; 64 or 100,000 threads hung OpenBLAS
+// under a process limit while set_cpu_threads refused them. Each pool now has set_cpu_threads' bound.
+TEST(Threads, RestoreCpuThreadsBoundsEachPoolAsSetCpuThreadsDoes) {
+  KeepThreads keep;
+  const int cpus = remat::usable_cpus();
+  const remat::CpuThreads before = remat::cpu_threads();
+  auto error_of = [](const remat::CpuThreads& threads) {
+    try {
+      remat::restore_cpu_threads(threads);
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string("no error");
+  };
+  for (const int many : {cpus + 1, 64, 100000}) {
+    if (many <= cpus) continue;
+    const std::string intra = error_of(remat::CpuThreads{cpus, many, 0});
+    EXPECT_NE(intra.find("intra-op threads (CpuThreads::intra_op): " + std::to_string(many) +
+                         " CPU threads asked for, but this process may run on " + std::to_string(cpus)),
+              std::string::npos)
+        << intra;
+    EXPECT_NE(intra.find("give 1 to " + std::to_string(cpus)), std::string::npos) << intra;
+    const std::string blas = error_of(remat::CpuThreads{cpus, 1, many});
+    EXPECT_NE(blas.find("OpenBLAS threads (CpuThreads::blas): " + std::to_string(many) + " CPU threads asked for"),
+              std::string::npos)
+        << blas;
+    // set_cpu_threads says the same, in the same words: one check.
+    try {
+      remat::set_cpu_threads(many);
+      ADD_FAILURE() << many << " threads accepted by set_cpu_threads";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find(" CPU threads asked for, but this process may run on "),
+                std::string::npos);
+    }
+  }
+  EXPECT_NE(error_of(remat::CpuThreads{cpus, 0, 0}).find("must be at least 1, got 0"), std::string::npos);
+  EXPECT_NE(error_of(remat::CpuThreads{cpus, 1, -1}).find("must be 0 (no pool)"), std::string::npos);
+  EXPECT_EQ(remat::cpu_threads(), before) << "a refused arrangement changed the threads";
+  // What cpu_threads() returns within the bounds is put back.
+  remat::CpuThreads within = before;
+  within.intra_op = cpus;
+  if (within.blas > 0) within.blas = 1;
+  remat::restore_cpu_threads(within);
+  EXPECT_EQ(remat::cpu_threads(), within);
 }
 
 namespace {

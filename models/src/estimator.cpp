@@ -33,9 +33,10 @@ struct HalfEstimate {
 struct GptSizes {
   int64_t e = 0, b = 0, s = 0, h = 0, a = 0, T = 0, V = 0;
   bool dropout = false;
-  int64_t mask = 0;   // bytes per dropout-mask element
-  int64_t stats = 0;  // bytes of one LayerNorm's mean and rstd
-  int64_t maps = 0;   // elements of one attention map (B,NH,T,T)
+  bool selective_option = true;  // price the generic option sac (EstimateOptions::selective_option)
+  int64_t mask = 0;              // bytes per dropout-mask element
+  int64_t stats = 0;             // bytes of one LayerNorm's mean and rstd
+  int64_t maps = 0;              // elements of one attention map (B,NH,T,T)
   double flops_per_second = 0;
 
   double seconds(double flops) const { return flops / flops_per_second; }
@@ -51,6 +52,7 @@ GptSizes gpt_sizes(const GptConfig& c, const EstimateOptions& o) {
   z.T = z.b * z.s;
   z.V = c.vocabulary();
   z.dropout = c.dropout() > 0;
+  z.selective_option = o.selective_option;
   z.mask = o.dropout_mask_bytes > 0 ? o.dropout_mask_bytes : z.e;
   z.stats = 2 * z.T * 4;  // LayerNorm mean and rstd, fp32
   z.maps = z.a * z.s * z.s * z.b;
@@ -137,6 +139,28 @@ void add_graph_only_costs(std::vector<StageOptionCost>& options, bool is_attenti
   }
 }
 
+// The generic option sac (kSelectiveOption) of a stage whose default option costs `plain`: it
+// keeps `kept` (the outputs of its matrix products and its own output) instead of what `plain`
+// keeps; its backward first recomputes everything else the plain option would have kept (held
+// through its backward, beside the transients), at `recompute_flops` of elementwise work (norms,
+// activations, softmax, masks, dropout: a few operations per element). Its recording forward is
+// the plain one; its transients are counted as the plain option's peak above what sac keeps (the
+// intermediates it does not keep are freed as it goes: an upper bound). No graph-only costs: the
+// plain values stand in, an overestimate, as for older profiles.
+StageOptionCost sac_option(const StageRunCost& plain, int64_t kept, double recompute_flops, const GptSizes& z) {
+  const int64_t dropped = std::max<int64_t>(0, plain.kept_bytes - kept);
+  return {kSelectiveOption,
+          plain.forward_seconds,
+          plain.backward_seconds + z.seconds(recompute_flops),
+          std::min(kept, plain.kept_bytes),
+          plain.forward_extra_bytes + dropped,
+          plain.backward_extra_bytes + dropped};
+}
+
+// Elementwise work per element, in FLOP-equivalents: LayerNorm, GELU (erf), softmax with its scale
+// and mask, dropout (a draw and a multiply). Rough; they are small beside the matrix products.
+constexpr double kLayerNormFlops = 8, kGeluFlops = 20, kSoftmaxFlops = 10, kDropoutFlops = 3;
+
 std::vector<StageOptionCost> half_option_costs(const HalfEstimate& he, bool is_attention, const GptSizes& z) {
   const int64_t e = z.e, b = z.b, s = z.s, h = z.h, T = z.T, maps = z.maps;
   auto seconds = [&](double flops) { return z.seconds(flops); };
@@ -172,6 +196,16 @@ std::vector<StageOptionCost> half_option_costs(const HalfEstimate& he, bool is_a
                      he.fused_kept - inputs, fused_forward_extra + (is_attention ? 0 : 4 * T * h * e),
                      fused_backward_extra + inputs});
   add_graph_only_costs(options, is_attention, z);
+  if (z.selective_option) {
+    // Kept under save_compute_intensive(): attention: the QKV output (3·T·h), QK^T (a map), P·V and
+    // the projection (T·h each), the half's output; MLP: fc1 (4·T·h), fc2 (T·h), the output.
+    const double th = static_cast<double>(T * h), map = static_cast<double>(maps);
+    const double drop = z.dropout ? kDropoutFlops : 0.0;
+    const int64_t kept = is_attention ? 6 * T * h * e + maps * e : 6 * T * h * e;
+    const double recompute = is_attention ? kLayerNormFlops * th + (kSoftmaxFlops + drop) * map + (1 + drop) * th
+                                          : kLayerNormFlops * th + kGeluFlops * 4 * th + drop * th;
+    options.push_back(sac_option(options.front(), kept, recompute, z));
+  }
   return options;
 }
 
@@ -196,6 +230,10 @@ StageCost embed_stage(const GptSizes& z) {
                   0,
                   {{to_string(Keep::full), 0, 0, boundary + (z.dropout ? z.T * z.h * z.mask : 0), 0, 0}}};
   embed.parameter_bytes = (z.V + z.s) * z.h * z.e;
+  if (z.selective_option) {  // no matrix product: only its output kept; the gather, add, dropout recomputed
+    const double th = static_cast<double>(z.T * z.h);
+    embed.options.push_back(sac_option(embed.options.front(), boundary, (1 + (z.dropout ? kDropoutFlops : 0)) * th, z));
+  }
   return embed;
 }
 
@@ -246,13 +284,19 @@ StageCost head_stage(const GptSizes& z) {
   const int64_t boundary = T * h * e;
   const double head_flops = 2.0 * T * h * V;
   const int64_t head_kept = z.stats + T * h * e + T * V * 4 + 4;  // LN, logits' log-softmax (fp32), loss
-  return {"head",
-          4,
-          boundary,
-          (2 * h + h * V) * e,
-          z.seconds(head_flops),
-          T * V * e,
-          {{to_string(Keep::full), z.seconds(head_flops), z.seconds(2 * head_flops), head_kept, T * V * e, T * V * 4}}};
+  StageCost head{
+      "head",
+      4,
+      boundary,
+      (2 * h + h * V) * e,
+      z.seconds(head_flops),
+      T * V * e,
+      {{to_string(Keep::full), z.seconds(head_flops), z.seconds(2 * head_flops), head_kept, T * V * e, T * V * 4}}};
+  if (z.selective_option) {  // the logits (the head's matrix product) and the loss kept; LN, log-softmax recomputed
+    const double recompute = kLayerNormFlops * static_cast<double>(T * h) + kSoftmaxFlops * static_cast<double>(T * V);
+    head.options.push_back(sac_option(head.options.front(), T * V * e + 4, recompute, z));
+  }
+  return head;
 }
 
 CostTable gpt_cost_table(const GptConfig& c, const EstimateOptions& o, const std::vector<OpEstimate>& block_ops,

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "remat/base/error.h"
+#include "base/json_nesting.h"
 
 namespace remat::detail {
 
@@ -23,6 +24,9 @@ std::string describe_parse_error(const nlohmann::json::exception& error) {
 
 nlohmann::json parse_json_document(const std::string& text, const std::string& source, int64_t max_depth,
                                    const std::string& expected) {
+  // Before parsing: the value's copies and dump() would recurse once per level (brackets nest
+  // one deeper than values: a scalar in an array at depth 1 sits inside one bracket).
+  check_json_nesting(text, source, max_depth + 1, expected);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -107,11 +111,12 @@ int64_t JsonFields::integer_or(const char* key, int64_t fallback) const {
 int64_t JsonFields::bytes(const char* key) const {
   const nlohmann::json& value = field(key);
   const bool integer = value.is_number_integer();
+  // Integers beyond int64 are refused here, where they are still JSON; the range is checked on the
+  // table (CostTable::check_well_formed), in the same words.
   const bool in_range =
-      integer && (value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t{kMaxBytes}
-                                             : value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxBytes);
-  REMAT_CHECK(in_range, where_, ": field '", key, "' must be a whole number of bytes from 0 to 2^53 (8 PiB), found ",
-              describe_json(value), integer || !value.is_number() ? "." : " (not an integer).");
+      integer && (!value.is_number_unsigned() || value.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+  REMAT_CHECK(in_range, where_, ": field '", key, "' must be ", kBytesExpected, ", found ", describe_json(value),
+              integer || !value.is_number() ? "." : " (not an integer).");
   return value.get<int64_t>();
 }
 
@@ -119,8 +124,8 @@ int64_t JsonFields::bytes_or(const char* key, int64_t fallback) const { return h
 
 double JsonFields::seconds(const char* key) const {
   const nlohmann::json& value = field(key);
-  REMAT_CHECK(value.is_number() && std::isfinite(value.get<double>()) && value.get<double>() >= 0, where_, ": field '",
-              key, "' must be a number of seconds, at least 0, found ", describe_json(value), ".");
+  REMAT_CHECK(value.is_number(), where_, ": field '", key, "' must be ", kSecondsExpected, ", found ",
+              describe_json(value), ".");
   return value.get<double>();
 }
 

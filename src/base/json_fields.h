@@ -14,6 +14,10 @@ namespace remat::detail {
 /// 2^53 bytes (8 PiB): no size a profile or plan can hold honestly is larger, and sums of a table's
 /// sizes stay exact in a double and far from int64 overflow.
 constexpr int64_t kMaxBytes = int64_t{1} << 53;
+/// What a size and a time must be, in the words of every error about one (read from a file or
+/// built in code: CostTable::check_well_formed).
+constexpr const char* kBytesExpected = "a whole number of bytes from 0 to 2^53 (8 PiB)";
+constexpr const char* kSecondsExpected = "a number of seconds, at least 0";
 
 /// Parses `text` as JSON, refusing (naming `source`) invalid text and documents nesting deeper than
 /// `max_depth` (checked without recursion); `expected` says what the file should be.
@@ -43,10 +47,11 @@ class JsonFields {
   std::string string(const char* key) const;
   std::string string_or(const char* key, const std::string& fallback) const;
   int64_t integer_or(const char* key, int64_t fallback) const;
-  /// An integer number of bytes in [0, kMaxBytes].
+  /// An integer that fits int64 (a number of bytes): its range, [0, kMaxBytes], is the reader's
+  /// to check (CostTable::check_well_formed checks tables read and built alike).
   int64_t bytes(const char* key) const;
   int64_t bytes_or(const char* key, int64_t fallback) const;
-  /// A finite number of seconds, at least 0.
+  /// A number (of seconds): that it is finite and at least 0 is the reader's to check, as above.
   double seconds(const char* key) const;
   const std::string& where() const { return where_; }
 

@@ -29,7 +29,23 @@ GetThreads openblas_getter() {
 
 std::string plural(int count, const char* word) { return std::to_string(count) + " " + word + (count == 1 ? "" : "s"); }
 
+// Sets both pools, unchecked: for check_cpu_threads' callers and for putting back what the process
+// itself had.
+void apply_cpu_threads(const CpuThreads& threads) {
+  if (threads.blas > 0 && openblas_setter() != nullptr) openblas_setter()(threads.blas);
+  at::set_num_threads(threads.intra_op);
+}
+
 }  // namespace
+
+void check_cpu_threads(int threads, const std::string& what) {
+  REMAT_CHECK(threads >= 1, what, " must be at least 1, got ", threads, ".");
+  // More threads than cores only preempt each other; thousands can also exhaust a limited address
+  // space, where OpenBLAS's pool waits forever for threads it could not start.
+  const int cpus = usable_cpus();
+  REMAT_CHECK(threads <= cpus, what, ": ", threads, " CPU threads asked for, but this process may run on ",
+              plural(cpus, "CPU"), "; give 1 to ", cpus, ".");
+}
 
 bool CpuThreads::oversubscribed() const { return intra_op > 1 && blas > 1 && intra_op + blas > cpus; }
 
@@ -63,12 +79,7 @@ CpuThreads cpu_threads() {
 }
 
 CpuThreads set_cpu_threads(int threads) {
-  REMAT_CHECK(threads >= 1, "the number of CPU threads must be at least 1, got ", threads, ".");
-  // More threads than cores only preempt each other; thousands can also exhaust a limited address
-  // space, where OpenBLAS's pool waits forever for threads it could not start.
-  const int cpus = usable_cpus();
-  REMAT_CHECK(threads <= cpus, threads, " CPU threads asked for, but this process may run on ", plural(cpus, "CPU"),
-              "; give 1 to ", cpus, ".");
+  check_cpu_threads(threads, "the number of CPU threads");
   if (openblas_setter() != nullptr) {
     openblas_setter()(threads);
     at::set_num_threads(1);
@@ -79,10 +90,13 @@ CpuThreads set_cpu_threads(int threads) {
 }
 
 void restore_cpu_threads(const CpuThreads& threads) {
-  REMAT_CHECK(threads.intra_op >= 1 && threads.blas >= 0, "restore_cpu_threads: an arrangement has at least one ",
-              "intra-op thread and no negative BLAS pool, got ", threads.intra_op, " and ", threads.blas, ".");
-  if (threads.blas > 0 && openblas_setter() != nullptr) openblas_setter()(threads.blas);
-  at::set_num_threads(threads.intra_op);
+  // Both pools bounded as set_cpu_threads bounds its count: 64 or 100,000 threads would otherwise
+  // hang OpenBLAS under a process limit. A BLAS pool of 0 means none (LibTorch's BLAS has no pool).
+  check_cpu_threads(threads.intra_op, "restore_cpu_threads: the LibTorch intra-op threads (CpuThreads::intra_op)");
+  REMAT_CHECK(threads.blas >= 0, "restore_cpu_threads: the OpenBLAS threads (CpuThreads::blas) must be 0 (no pool) ",
+              "or from 1 to the CPUs, got ", threads.blas, ".");
+  if (threads.blas > 0) check_cpu_threads(threads.blas, "restore_cpu_threads: the OpenBLAS threads (CpuThreads::blas)");
+  apply_cpu_threads(threads);
 }
 
 TimingThreads::TimingThreads(ThreadsWhileTiming policy) : found_(cpu_threads()), timed_(found_) {
@@ -93,11 +107,9 @@ TimingThreads::TimingThreads(ThreadsWhileTiming policy) : found_(cpu_threads()),
 
 TimingThreads::~TimingThreads() {
   if (!switched()) return;
-  try {
-    restore_cpu_threads(found_);
-  } catch (...) {
-    // A destructor must not throw; the arrangement was valid when it was read.
-  }
+  // The process's own arrangement, put back as it was found, whatever its size (OMP_NUM_THREADS
+  // may have set more threads than CPUs): it was running before remat switched it.
+  apply_cpu_threads(found_);
 }
 
 std::string TimingThreads::description() const {

@@ -11,6 +11,7 @@
 #include "remat/checkpoint/checkpoint.h"
 #include "base/json_fields.h"
 #include "remat/base/error.h"
+#include "base/json_nesting.h"
 
 namespace remat {
 
@@ -59,13 +60,18 @@ nlohmann::json items_to_json(const Plan& plan, const std::vector<PlanItem>& item
   return array;
 }
 
-// Checks that `items` run stages next, next+1, ... in order; advances `next`.
+// Checks that `items` run stages next, next+1, ... in order; advances `next`. Recursive: the
+// plan's nesting is checked first (Plan::check_nesting).
 void check_coverage(const std::vector<PlanItem>& items, const Plan& plan, int64_t& next, const std::string& source) {
+  const auto n = static_cast<int64_t>(plan.stage_names.size());
   for (const auto& item : items) {
     if (item.is_stage()) {
+      REMAT_CHECK(item.stage < n, source, ": an item runs stage ", item.stage, " but the plan has ", n,
+                  " stages (indices 0 to ", n - 1, "); give each stage i of the chain one item, ",
+                  "PlanItem::run(i), in chain order.");
       REMAT_CHECK(item.stage == next, source, ": stages must appear once each, in chain order; expected '",
-                  next < static_cast<int64_t>(plan.stage_names.size()) ? plan.stage_names[next] : "<end>",
-                  "' but found '", plan.stage_names.at(item.stage), "'.");
+                  next < n ? detail::shortened(plan.stage_names[next]) : std::string("<end>"), "' but found '",
+                  detail::shortened(plan.stage_names[item.stage]), "'.");
       ++next;
     } else {
       REMAT_CHECK(!item.segment.empty(), source, ": a checkpointed segment is empty; give it at least one stage.");
@@ -196,7 +202,14 @@ at::Tensor run_item(Chain& chain, const std::shared_ptr<const Plan>& plan, const
         // calls reset it), and it passes it to its last stage alone.
         return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
       },
-      x, CheckpointOptions().name(name).restore_after_recompute(std::move(buffers)).mode(plan->mode));
+      x,
+      CheckpointOptions()
+          .name(name)
+          .restore_after_recompute(std::move(buffers))
+          .mode(plan->mode)
+          // A reentrant segment checks its parameters' versions itself and recomputes its last
+          // stage graph-only, which a call-by-call check would refuse; a non-reentrant one checks.
+          .check_reads(plan->mode == CheckpointMode::non_reentrant));
 }
 
 // `graph_only`: the items are a segment recomputed for its backward (see run_item).
@@ -267,6 +280,8 @@ std::string Plan::to_json() const {
 }
 
 Plan Plan::from_json(const std::string& text, const std::string& source, int64_t max_stages) {
+  // Before any parse: brackets nest one deeper than the values json_deeper_than counts below.
+  check_json_nesting(text, source, 2 * kMaxNesting + 3, "a plan written by Plan::to_json");
   if (max_stages >= 0) refuse_longer_lists(text, source, max_stages);
   nlohmann::json j;
   try {
@@ -331,11 +346,25 @@ Plan Plan::from_json(const std::string& text, const std::string& source, int64_t
   index.reserve(plan.stage_names.size());
   for (size_t i = 0; i < plan.stage_names.size(); ++i) index.emplace(plan.stage_names[i], static_cast<int64_t>(i));
   plan.items = items_from_json(j["plan"], plan.stage_names, index, source);
-  int64_t next = 0;
-  check_coverage(plan.items, plan, next, source);
-  REMAT_CHECK(next == static_cast<int64_t>(plan.stage_names.size()), source, ": the plan stops at stage '",
-              plan.stage_names[next], "'; it must cover every stage.");
+  // The checks of its structure, shared with plans built in code.
+  plan.check_well_formed(source);
   return plan;
+}
+
+void Plan::check_well_formed(const std::string& who) const {
+  const auto n = static_cast<int64_t>(stage_names.size());
+  REMAT_CHECK(n >= 1, who, ": the plan has no stages; give it the chain's stage names, in order.");
+  REMAT_CHECK(options.size() == stage_names.size(), who, ": the plan has ", options.size(),
+              " stage options (Plan::options) for ", n, " stages; give one option per stage (its default where ",
+              "nothing else: CostTable::plain_plan and Plan::plain start from those).");
+  REMAT_CHECK(default_options.empty() || default_options.size() == stage_names.size(), who, ": the plan has ",
+              default_options.size(), " default options (Plan::default_options) for ", n,
+              " stages; give one per stage, or none.");
+  check_nesting(who);
+  int64_t next = 0;
+  check_coverage(items, *this, next, who);
+  REMAT_CHECK(next == n, who, ": the plan stops at stage '", detail::shortened(stage_names[next]),
+              "'; it must cover every stage.");
 }
 
 void Plan::validate_against(const Chain& chain) const {
@@ -347,17 +376,12 @@ void Plan::validate_against(const Chain& chain) const {
               detail::shortened(granularity), "' (", join_names(stage_names), ") but this model's chain has ",
               chain_names.size(), " stages at granularity '", chain.granularity(), "' (", join_names(chain_names),
               "). Make the plan for this chain: the same stages at the same ", "granularity.");
-  REMAT_CHECK(options.size() == chain_names.size(), "the plan has ", options.size(), " options for ",
-              chain_names.size(), " stages.");
+  check_well_formed("the plan");
   for (size_t i = 0; i < options.size(); ++i) {
     const auto allowed = chain.accepted_options(static_cast<int64_t>(i));
     REMAT_CHECK(std::find(allowed.begin(), allowed.end(), options[i]) != allowed.end(), "stage '", chain_names[i],
                 "' has no option '", options[i], "'; it offers: ", join_names(allowed), ".");
   }
-  check_nesting("the plan");
-  int64_t next = 0;
-  check_coverage(items, *this, next, "the plan");
-  REMAT_CHECK(next == chain.size(), "the plan does not cover every stage of the chain.");
 }
 
 void Plan::check_nesting(const std::string& who) const {

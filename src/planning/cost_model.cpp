@@ -143,20 +143,43 @@ void write_numbers(const Owner& from, const detail::NumberFields<Owner>& fields,
   for (const auto& [name, member] : fields.bytes) to[name] = from.*member;
 }
 
-// Reads the fields into `to`; returns their bytes' sum (in double: no overflow).
+// Reads the fields into `to`, as JSON numbers of the right kind; their ranges are checked on the
+// whole table afterwards (CostTable::check_well_formed), as for a table built in code.
 template <typename Owner>
-double read_numbers(const detail::JsonFields& from, const detail::NumberFields<Owner>& fields, Owner& to) {
+void read_numbers(const detail::JsonFields& from, const detail::NumberFields<Owner>& fields, Owner& to) {
   auto absent = [&](const char* name) {
     const auto& optional = fields.optional;
     return !from.has(name) && std::find(optional.begin(), optional.end(), std::string(name)) != optional.end();
   };
   for (const auto& [name, member] : fields.seconds) to.*member = absent(name) ? 0.0 : from.seconds(name);
-  double total = 0;
-  for (const auto& [name, member] : fields.bytes) {
-    to.*member = absent(name) ? 0 : from.bytes(name);
-    total += static_cast<double>(to.*member);
+  for (const auto& [name, member] : fields.bytes) to.*member = absent(name) ? 0 : from.bytes(name);
+}
+
+// What every refusal of a table's number ends with: how to fix it.
+constexpr const char* kFixTable =
+    " Correct the table where it is made (its numbers are measured or estimated costs), or profile the model again.";
+
+// Checks one owner's numbers and adds its sizes to `total`, refusing a sum beyond 2^53 bytes: each
+// size is at most 2^53 and so is the running sum, so the addition itself cannot overflow.
+// `label()` names the owner ("stages[3].options[0]", "" for the table): built only for an error,
+// since simulate checks every table it is given.
+template <typename Owner, typename Label>
+void check_numbers(const Owner& owner, const detail::NumberFields<Owner>& fields, const std::string& who,
+                   const Label& label, int64_t& total) {
+  auto where = [&] { return label().empty() ? who : who + ": " + label(); };
+  for (const auto& [name, member] : fields.seconds) {
+    const double value = owner.*member;
+    REMAT_CHECK(std::isfinite(value) && value >= 0, where(), ": field '", name, "' must be ", detail::kSecondsExpected,
+                ", found ", value, ".", kFixTable);
   }
-  return total;
+  for (const auto& [name, member] : fields.bytes) {
+    const int64_t value = owner.*member;
+    REMAT_CHECK(value >= 0 && value <= detail::kMaxBytes, where(), ": field '", name, "' must be ",
+                detail::kBytesExpected, ", found ", value, ".", kFixTable);
+    total += value;
+    REMAT_CHECK(total <= detail::kMaxBytes, who, ": the table's sizes add up to more than 2^53 bytes (8 PiB) by ",
+                label().empty() ? std::string("its own fields") : label(), "; no model holds that much.", kFixTable);
+  }
 }
 
 nlohmann::json run_cost_json(const StageRunCost& c) {
@@ -223,9 +246,12 @@ std::string cost_shape_difference(const CostTable& a, const CostTable& b) {
 }  // namespace detail
 
 Prediction simulate(const Plan& plan, const CostTable& costs) {
+  // Every index and number the simulation reads, checked before it reads any (tables and plans
+  // may be built in code, with none of the loaders' checks).
+  plan.check_well_formed("simulate");
+  costs.check_well_formed("simulate: the cost table");
   REMAT_CHECK(plan.stage_names.size() == costs.stages.size(), "simulate: the plan has ", plan.stage_names.size(),
-              " stages but the cost table ", costs.stages.size(), ".");
-  plan.check_nesting("simulate");
+              " stages but the cost table ", costs.stages.size(), "; simulate a plan made for the table's chain.");
   const auto n = static_cast<int64_t>(costs.stages.size());
   std::vector<int64_t> parameter_prefix(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k) parameter_prefix[k + 1] = parameter_prefix[k] + costs.stages[k].parameter_bytes;
@@ -303,39 +329,60 @@ CostTable CostTable::from_json(const std::string& text, const std::string& sourc
   table.granularity = top.string("granularity");
   table.source = top.string_or("source", source_name);
   table.threads = top.string_or("threads", "");
-  // Each size is at most 2^53 bytes and so is their sum: no simulation of the table can overflow.
-  double total = read_numbers(top, table_fields(), table);
+  read_numbers(top, table_fields(), table);
   const nlohmann::json& stages = top.array("stages");
   for (size_t i = 0; i < stages.size(); ++i) {
     const detail::JsonFields f(stages[i], source_name + ": stages[" + std::to_string(i) + "]");
     StageCost c;
     c.name = f.string("name");
-    total += read_numbers(f, stage_fields(), c);
+    read_numbers(f, stage_fields(), c);
     c.block = f.integer_or("block", -1);
-    REMAT_CHECK(c.block >= -1 && c.block <= static_cast<int64_t>(stages.size()), f.where(),
-                ": field 'block' must be -1 ",
-                "(outside any block) or a block index below the number of stages, found ", c.block, ".");
     const nlohmann::json& options = f.array("options");
     for (size_t k = 0; k < options.size(); ++k) {
       const detail::JsonFields o(options[k], f.where() + ".options[" + std::to_string(k) + "]");
       StageOptionCost oc;
       oc.option = o.string("option");
-      total += read_numbers(o, run_fields(), static_cast<StageRunCost&>(oc));
+      read_numbers(o, run_fields(), static_cast<StageRunCost&>(oc));
       if (o.has("graph_only")) {
         oc.graph_only.emplace();
-        total += read_numbers(detail::JsonFields(options[k]["graph_only"], o.where() + ".graph_only"), run_fields(),
-                              *oc.graph_only);
+        read_numbers(detail::JsonFields(options[k]["graph_only"], o.where() + ".graph_only"), run_fields(),
+                     *oc.graph_only);
       }
       c.options.push_back(oc);
     }
-    REMAT_CHECK(!c.options.empty(), f.where(), ": stage '", detail::shortened(c.name), "' has no options.");
-    REMAT_CHECK(total <= static_cast<double>(detail::kMaxBytes), source_name,
-                ": the table's sizes add up to more than 2^53 bytes (8 PiB) by ", f.where(),
-                "; no model holds that much. Profile the model again.");
     table.stages.push_back(c);
   }
-  REMAT_CHECK(!table.stages.empty(), source_name, ": the cost table has no stages.");
+  // The one check of what the numbers mean, shared with tables built in code.
+  table.check_well_formed(source_name);
   return table;
+}
+
+void CostTable::check_well_formed(const std::string& who) const {
+  REMAT_CHECK(!stages.empty(), who, ": the cost table has no stages; give it one per stage of the chain.");
+  // Each size is at most 2^53 bytes and so is their sum: no simulation or plan of the table can
+  // overflow int64, however its sizes are combined.
+  int64_t total = 0;
+  check_numbers(
+      *this, table_fields(), who, [] { return std::string(); }, total);
+  const auto n = static_cast<int64_t>(stages.size());
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const StageCost& c = stages[i];
+    auto stage_label = [i] { return "stages[" + std::to_string(i) + "]"; };
+    check_numbers(c, stage_fields(), who, stage_label, total);
+    REMAT_CHECK(c.block >= -1 && c.block <= n, who, ": ", stage_label(), ": field 'block' must be -1 ",
+                "(outside any block) or a block index below the number of stages, found ", c.block, ".");
+    REMAT_CHECK(!c.options.empty(), who, ": ", stage_label(), ": stage '", detail::shortened(c.name),
+                "' has no options; give it at least one, its default first.");
+    for (size_t k = 0; k < c.options.size(); ++k) {
+      const StageOptionCost& o = c.options[k];
+      auto option_label = [&] { return stage_label() + ".options[" + std::to_string(k) + "]"; };
+      check_numbers(static_cast<const StageRunCost&>(o), run_fields(), who, option_label, total);
+      if (o.graph_only) {
+        check_numbers(
+            *o.graph_only, run_fields(), who, [&] { return option_label() + ".graph_only"; }, total);
+      }
+    }
+  }
 }
 
 std::string CostTable::to_table() const {
@@ -383,6 +430,7 @@ Plan CostTable::plain_plan(CheckpointMode mode) const {
 }
 
 void CostTable::validate_against(const Chain& chain) const {
+  check_well_formed();
   REMAT_CHECK(granularity == chain.granularity() && static_cast<int64_t>(stages.size()) == chain.size(),
               "the cost table describes ", stages.size(), " stages at granularity '", granularity,
               "' but the chain has ", chain.size(), " at '", chain.granularity(), "'; profile this model.");

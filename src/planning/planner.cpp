@@ -164,8 +164,8 @@ OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int
                              bool refine_least)
     : costs_(std::move(costs)), options_(options) {
   const auto start = std::chrono::steady_clock::now();
+  costs_.check_well_formed("planner: the cost table");
   n_ = static_cast<int64_t>(costs_.stages.size());
-  REMAT_CHECK(n_ >= 1, "planner: the cost table has no stages.");
   const int64_t memory_slots = options_.memory_slots();
   REMAT_CHECK(memory_slots >= 1 && memory_slots <= 100000, "planner: memory_slots must be in [1, 100000], got ",
               memory_slots, ".");
@@ -430,6 +430,7 @@ const PlanResult& PlanResult::ensure_feasible() const {
 
 PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
+  costs.check_well_formed("plan_optimal: the cost table");
   const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
   const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
   // The table spans [0, budget]: its memory unit is budget/slots, so rounding costs at most a slot
@@ -498,6 +499,7 @@ StageCost mean_block_stage(const CostTable& costs, const std::vector<bool>& in_b
 // A classic planner's result before it plans: its kind, the unchecked prediction and the budget.
 PlanResult classic_result(PlannerKind kind, const CostTable& costs, const PlannerOptions& options,
                           const Budget& budget) {
+  costs.check_well_formed(to_string(kind) + ": the cost table");
   PlanResult result;
   result.planner = kind;
   result.name = to_string(kind);
@@ -618,6 +620,7 @@ std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& b
                                          const std::function<Plan(const std::string&)>& build,
                                          const std::function<Prediction(const Plan&)>& predict,
                                          const PlannerOptions& options) {
+  costs.check_well_formed("compare_planners: the cost table");
   const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
   const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
   std::vector<PlanResult> out;

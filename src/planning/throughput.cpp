@@ -81,6 +81,7 @@ CostTable interpolate_costs(const std::vector<std::pair<int64_t, CostTable>>& pr
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<double> batches;
   for (const auto& [b, table] : sorted) {
+    table.check_well_formed("interpolate_costs: the table at batch " + std::to_string(b));
     if (b == batch) return table;
     REMAT_CHECK(b >= 1, "interpolate_costs: profiled batch sizes must be at least 1, got ", b, ".");
     REMAT_CHECK(batches.empty() || batches.back() != static_cast<double>(b), "interpolate_costs: batch size ", b,
@@ -137,6 +138,7 @@ ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_ba
   }
   const PlannerOptions& planner = options.planner();
   const CostTable global_costs = costs_at(global_batch);
+  global_costs.check_well_formed("plan_throughput: the cost table at batch " + std::to_string(global_batch));
   ThroughputChoice choice;
   choice.global_batch = global_batch;
   choice.unchecked_peak_bytes = simulate(global_costs.plain_plan(planner.mode()), global_costs).peak_bytes;

@@ -40,7 +40,13 @@ CpuThreads cpu_threads();
 /// where OpenBLAS has its pool, LibTorch's `threads` otherwise. Returns the new arrangement.
 CpuThreads set_cpu_threads(int threads);
 /// Sets both pools as `threads` has them (an arrangement cpu_threads() returned): puts one back.
+/// Each pool is bounded as set_cpu_threads bounds its count (check_cpu_threads): intra_op from 1 to
+/// usable_cpus(), blas 0 (no pool) or likewise; more is an error, never a hang.
 void restore_cpu_threads(const CpuThreads& threads);
+/// The one bound on a count of CPU threads, for every path that sets one (set_cpu_threads,
+/// restore_cpu_threads, a program's --threads): throws a clear error, naming `what`, unless
+/// 1 <= threads <= usable_cpus().
+void check_cpu_threads(int threads, const std::string& what);
 
 /// How the profiler and measure_plans treat the caller's threads while they time.
 enum class ThreadsWhileTiming {

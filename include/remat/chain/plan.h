@@ -65,6 +65,12 @@ struct Plan {
   /// it is read, before anything is built per stage: a million names for a model of six, at once.
   static Plan from_json(const std::string& text, const std::string& source = "plan", int64_t max_stages = -1);
 
+  /// Throws a clear error (starting with `who`) unless the plan is well formed by itself: at least
+  /// one stage, one option per stage (and default options none or one per stage), items that run
+  /// every stage once, in order, by an index below the number of stages, no empty segment, nesting
+  /// within check_nesting's bound. The checks Plan::from_json makes (it calls this), made on plans
+  /// built in code: simulate, run_plan and validate_against call it.
+  void check_well_formed(const std::string& who = "the plan") const;
   /// Throws a clear error unless the plan is well formed and made for `chain`.
   void validate_against(const Chain& chain) const;
   /// Checks the plan against `chain` (validate_against) and records the chain's default options.

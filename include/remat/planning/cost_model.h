@@ -114,7 +114,14 @@ struct CostTable {
   static CostTable from_json(const std::string& text, const std::string& source_name = "profile");
   /// One row per stage and option, sizes in MiB, times in ms (llm.c's memory table, with time).
   std::string to_table() const;
-  /// Throws unless the table has the chain's stages and every option the plan may use.
+  /// Throws a clear error (starting with `who`) unless the table is well formed: at least one
+  /// stage, each with at least one option; every size a whole number of bytes from 0 to 2^53 and
+  /// all of them together at most 2^53 (so that no simulation or plan of it overflows int64); every
+  /// time finite and at least 0; blocks -1 or a block index. The checks CostTable::from_json makes
+  /// (it calls this), made on tables built in code: simulate, every planner, interpolate_costs and
+  /// validate_against call it.
+  void check_well_formed(const std::string& who = "the cost table") const;
+  /// Throws unless the table is well formed and has the chain's stages.
   void validate_against(const Chain& chain) const;
   /// The plan that checkpoints nothing, every stage with its default option, in `mode`: the names,
   /// granularity and default options every planner's plans take from the table.
@@ -147,7 +154,9 @@ double predicted_overhead(const Prediction& plan, const Prediction& unchecked);
 double predicted_overhead_spread(const Prediction& plan, const Prediction& unchecked);
 
 /// The simulator every planner, test and benchmark shares. Plans whose checkpointed segments end
-/// at the end of their enclosing range are accepted and costed as written.
+/// at the end of their enclosing range are accepted and costed as written. Throws a clear error,
+/// before anything is costed, unless the table is well formed (CostTable::check_well_formed), the
+/// plan is too (Plan::check_well_formed) and both have the same number of stages.
 Prediction simulate(const Plan& plan, const CostTable& costs);
 
 }  // namespace remat

@@ -10,10 +10,16 @@
 // forward on another is an error naming both shapes, unless PlannedOptions::replan_on_new_shape is
 // set, in which case it calibrates again. In evaluation mode or without grad it runs plainly.
 // Parameter and buffer names are the Sequential's own ("0.weight"), so state files load either way.
+// The modules are those the Sequential had when the Planned was made: a module appended, removed or
+// replaced afterwards is refused at the next forward or calibration (build a new Planned). A sample
+// batch without elements (0 rows) is refused: nothing can be measured on it. The first training
+// forward may run inside a checkpoint's forward or recompute (remat::checkpoint(... planned->forward
+// ...)): it calibrates on a thread of its own, outside the checkpoint, then runs under the plan.
 #pragma once
 
 #include <optional>
 #include <ostream>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -40,7 +46,8 @@ class PlannedImpl : public torch::nn::Module {
   /// Training mode with grad: runs under the plan (calibrating first if needed); otherwise plainly.
   at::Tensor forward(const at::Tensor& input);
 
-  /// Profiles on `sample_input` and plans for the budget; returns the result.
+  /// Profiles on `sample_input` (a batch with at least one element) and plans for the budget;
+  /// returns the result. Call it outside any checkpoint (forward calibrates outside by itself).
   const PlanResult& calibrate(const at::Tensor& sample_input);
   bool calibrated() const { return result_.has_value(); }
   /// The plan and its prediction (with the threads it was timed under, PlanResult::timed_under,
@@ -56,7 +63,13 @@ class PlannedImpl : public torch::nn::Module {
   void pretty_print(std::ostream& stream) const override;
 
  private:
+  /// Throws unless the Sequential holds the modules it held when this Planned was made.
+  void check_modules(const char* who) const;
+  /// calibrate(), on a thread of its own: no checkpoint or backward of the caller's thread around it.
+  void calibrate_outside(const at::Tensor& sample_input);
+
   torch::nn::Sequential sequential_;
+  std::vector<const torch::nn::Module*> modules_;  ///< the Sequential's, when this Planned was made
   std::shared_ptr<SequentialChain> chain_;
   Budget budget_;
   PlannedOptions options_;
