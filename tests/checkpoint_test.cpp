@@ -10,7 +10,10 @@
 #include "remat/checkpoint/checkpoint.h"
 #include "remat/checkpoint/saved_tensors.h"
 #include "remat/memory/memory.h"
+#include "support/checks.h"
 #include "support/compare.h"
+
+using remat::testing::expect_error_containing;
 
 using remat::testing::bitwise_equal;
 
@@ -25,19 +28,6 @@ at::Tensor input_grad(const remat::TensorFunction& fn, const at::Tensor& x, bool
   return leaf.grad();
 }
 
-template <typename F>
-void expect_error_containing(F&& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    FAIL() << "expected a c10::Error";
-  } catch (const c10::Error& e) {
-    const std::string message = e.what_without_backtrace();
-    for (const auto& fragment : fragments) {
-      EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << message;
-    }
-  }
-}
-
 // Every test of the suite runs in both modes: checkpoint calls take the guard's default.
 class Checkpoint : public ::testing::TestWithParam<remat::CheckpointMode> {
  protected:
@@ -47,15 +37,11 @@ class Checkpoint : public ::testing::TestWithParam<remat::CheckpointMode> {
   remat::CheckpointModeGuard mode_{GetParam()};
 };
 
-std::string mode_name(const ::testing::TestParamInfo<remat::CheckpointMode>& info) {
-  return info.param == remat::CheckpointMode::reentrant ? "reentrant" : "non_reentrant";
-}
-
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Modes, Checkpoint,
                          ::testing::Values(remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant),
-                         mode_name);
+                         remat::testing::checkpoint_mode_name);
 
 TEST_P(Checkpoint, InputAndParameterGradientsEqualThePlainRun) {
   torch::manual_seed(0);

@@ -7,6 +7,7 @@
 #include "remat/checkpoint/checkpointed.h"
 #include "remat/chain/policies.h"
 #include "remat/chain/sequential_chain.h"
+#include "support/checks.h"
 #include "support/compare.h"
 #include "remat/models/layer_stack.h"
 
@@ -35,18 +36,14 @@ class ModeSuite : public ::testing::TestWithParam<remat::CheckpointMode> {
 class Checkpointed : public ModeSuite {};
 class CheckpointSequential : public ModeSuite {};
 
-std::string mode_name(const ::testing::TestParamInfo<remat::CheckpointMode>& info) {
-  return info.param == remat::CheckpointMode::reentrant ? "reentrant" : "non_reentrant";
-}
-
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Modes, Checkpointed,
                          ::testing::Values(remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant),
-                         mode_name);
+                         remat::testing::checkpoint_mode_name);
 INSTANTIATE_TEST_SUITE_P(Modes, CheckpointSequential,
                          ::testing::Values(remat::CheckpointMode::reentrant, remat::CheckpointMode::non_reentrant),
-                         mode_name);
+                         remat::testing::checkpoint_mode_name);
 
 TEST_P(Checkpointed, KeepsTheWrappedModulesParameterAndBufferNames) {
   torch::nn::Sequential plain(torch::nn::Linear(4, 8), torch::nn::BatchNorm1d(8), torch::nn::Linear(8, 2));
@@ -126,6 +123,36 @@ TEST_P(Checkpointed, BatchNormRunningStatisticsUpdateOnce) {
   EXPECT_TRUE(plain_bn->running_mean.equal(wrapped_bn->running_mean));
   EXPECT_TRUE(plain_bn->running_var.equal(wrapped_bn->running_var));
   EXPECT_EQ(wrapped_bn->num_batches_tracked.item<int64_t>(), 1);
+}
+
+// A callable that owns its module (the holder captured by value) keeps it until backward, so a
+// module made in a scope that has ended is still there for the recompute (`[&]` would dangle).
+TEST_P(Checkpointed, ACallableOwningItsModuleKeepsItAliveUntilBackward) {
+  torch::manual_seed(0);
+  const at::Tensor x = torch::randn({4, 8});
+  Counting plain(8);
+  at::Tensor plain_leaf = x.clone().requires_grad_(true);
+  plain(plain_leaf).pow(2).sum().backward();
+  at::Tensor leaf = x.clone().requires_grad_(true);
+  at::Tensor y;
+  std::weak_ptr<CountingImpl> seen;
+  {
+    Counting block(8);
+    {
+      torch::NoGradGuard no_grad;
+      for (size_t i = 0; i < block->parameters().size(); ++i) block->parameters()[i].copy_(plain->parameters()[i]);
+    }
+    seen = block.ptr();
+    y = remat::checkpoint([block](const at::Tensor& v) mutable { return block->forward(v); }, leaf);
+  }
+  std::shared_ptr<CountingImpl> module = seen.lock();
+  ASSERT_TRUE(module) << "the checkpoint keeps the module for its recompute";
+  y.pow(2).sum().backward();
+  EXPECT_EQ(module->calls, 2);
+  module.reset();
+  EXPECT_TRUE(remat::testing::bitwise_equal(plain_leaf.grad(), leaf.grad()));
+  y = at::Tensor();
+  EXPECT_TRUE(seen.expired()) << "and lets it go with the graph";
 }
 
 TEST_P(CheckpointSequential, FollowsPyTorchSegmentSemantics) {

@@ -12,7 +12,10 @@
 
 #include "remat/checkpoint/checkpoint.h"
 #include "remat/checkpoint/selective.h"
+#include "support/checks.h"
 #include "support/compare.h"
+
+using remat::testing::expect_error_containing;
 
 namespace nn = torch::nn;
 using remat::CheckpointMode;
@@ -30,19 +33,6 @@ class SelectiveHazards : public ::testing::TestWithParam<CheckpointMode> {
   bool reentrant() const { return GetParam() == CheckpointMode::reentrant; }
 };
 
-std::string mode_name(const ::testing::TestParamInfo<CheckpointMode>& info) {
-  return info.param == CheckpointMode::reentrant ? "reentrant" : "non_reentrant";
-}
-
-template <typename F>
-void expect_error_containing(F&& f, const std::vector<std::string>& fragments) {
-  const std::string message = error_of(f);
-  ASSERT_FALSE(message.empty()) << "expected an error";
-  for (const auto& fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << message;
-  }
-}
-
 CheckpointPolicy keep_all(const remat::OperatorCall&) { return CheckpointPolicy::prefer_save; }
 
 using Fn = std::function<at::Tensor(const at::Tensor&)>;
@@ -59,7 +49,8 @@ at::Tensor input_grad(const at::Tensor& x, const Fn& fn, const c10::optional<Che
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Modes, SelectiveHazards,
-                         ::testing::Values(CheckpointMode::reentrant, CheckpointMode::non_reentrant), mode_name);
+                         ::testing::Values(CheckpointMode::reentrant, CheckpointMode::non_reentrant),
+                         remat::testing::checkpoint_mode_name);
 
 // ---------------------------------------------------------------------------------------------
 // Random calls that take no generator argument draw from the default one: kept, they must leave

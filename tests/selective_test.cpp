@@ -23,7 +23,10 @@
 #include "remat/planning/profiler.h"
 #include "remat/chain/sequential_chain.h"
 #include "remat/checkpoint/selective.h"
+#include "support/checks.h"
 #include "support/compare.h"
+
+using remat::testing::expect_error_containing;
 
 namespace nn = torch::nn;
 using remat::CheckpointMode;
@@ -79,19 +82,6 @@ class Selective : public ::testing::TestWithParam<CheckpointMode> {
   CheckpointOptions with(remat::SelectivePolicy policy) const { return options().selective(std::move(policy)); }
 };
 
-std::string mode_name(const ::testing::TestParamInfo<CheckpointMode>& info) {
-  return info.param == CheckpointMode::reentrant ? "reentrant" : "non_reentrant";
-}
-
-template <typename F>
-void expect_error_containing(F&& f, const std::vector<std::string>& fragments) {
-  const std::string message = error_of(f);
-  ASSERT_FALSE(message.empty()) << "expected an error";
-  for (const auto& fragment : fragments) {
-    EXPECT_NE(message.find(fragment), std::string::npos) << "'" << fragment << "' not in: " << message;
-  }
-}
-
 // A Transformer-like block: linear (addmm/mm), layer_norm, gelu, softmax, dropout, a residual.
 struct Block {
   nn::Linear fc1{nn::LinearOptions(16, 32)}, fc2{nn::LinearOptions(32, 16)}, scores{nn::LinearOptions(16, 16)};
@@ -140,7 +130,7 @@ bool intercepting() { return c10::impl::tls_is_dispatch_key_included(c10::Dispat
 }  // namespace
 
 INSTANTIATE_TEST_SUITE_P(Modes, Selective, ::testing::Values(CheckpointMode::reentrant, CheckpointMode::non_reentrant),
-                         mode_name);
+                         remat::testing::checkpoint_mode_name);
 
 TEST_P(Selective, GradientsAreBitwiseThePlainRunsUnderEveryPreset) {
   torch::manual_seed(0);

@@ -82,7 +82,8 @@ void for_each_tensor(c10::ArrayRef<c10::IValue> values, F&& f) {
     if (value.isTensor()) {
       f(value.toTensor());
     } else if (value.isTensorList()) {
-      for (const at::Tensor& t : value.toTensorList()) f(t);
+      const c10::List<at::Tensor> list = value.toTensorList();
+      for (size_t i = 0; i < list.size(); ++i) f(list.get(i));  // get(): a tensor, not a reference to a temporary
     } else if (value.isList()) {
       for (const c10::IValue& element : value.toListRef()) {
         if (element.isTensor()) f(element.toTensor());
