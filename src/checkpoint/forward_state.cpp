@@ -13,6 +13,7 @@
 
 #include "checkpoint/saved_versions.h"
 #include "base/torch_compat.h"
+#include "checkpoint/checkpoint_modes.h"
 #include "remat/base/error.h"
 
 namespace remat::detail {
@@ -149,7 +150,7 @@ struct DroppedSavedTensor final : SavedTensorHooks {
     if (versions_ != nullptr) versions_->record(tensor);
   }
   at::Tensor call_unpack_hook() override {
-    REMAT_CHECK(false, name_->empty() ? std::string("remat: ") : "checkpoint '" + *name_ + "': ",
+    REMAT_CHECK(false, name_->empty() ? std::string() : describe_input_use(*name_),
                 "a backward (torch::autograd::grad or backward) ran inside the function's forward, as a gradient "
                 "penalty does, but the reentrant mode records that forward without the tensors autograd saves. "
                 "Use the non-reentrant mode, which runs it: CheckpointOptions().use_reentrant(false).");

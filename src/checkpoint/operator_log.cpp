@@ -151,6 +151,7 @@ struct OperatorLog::State {
     size_t call;
   };
   std::vector<Written> written_captured;
+  std::unordered_map<const c10::TensorImpl*, size_t> written_index;  // into written_captured: read per call
 
   std::string prefix() const { return describe_input_use(name); }
 };
@@ -223,10 +224,9 @@ void copy_kept_before_write(OperatorLog::State& log, const at::Tensor& written) 
 }
 
 const OperatorLog::State::Written* written_by_function(const OperatorLog::State& log, const at::Tensor& t) {
-  for (const auto& w : log.written_captured) {
-    if (w.tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return &w;
-  }
-  return nullptr;
+  if (log.written_index.empty()) return nullptr;
+  const auto found = log.written_index.find(t.unsafeGetTensorImpl());
+  return found == log.written_index.end() ? nullptr : &log.written_captured[found->second];
 }
 
 // Notes, in this scope and every enclosing recording one, that the function changes a tensor from
@@ -236,7 +236,7 @@ void note_write(const at::Tensor& t, size_t call_index) {
   for (auto s = recording.rbegin(); s != recording.rend(); ++s) {
     if ((*s)->made_by_function(t)) return;
     OperatorLog::State& log = *(*s)->log;
-    if (written_by_function(log, t) == nullptr) {
+    if (log.written_index.emplace(t.unsafeGetTensorImpl(), log.written_captured.size()).second) {
       log.written_captured.push_back({t, *s == recording.back() ? call_index : log.calls.size()});
     }
   }
@@ -279,30 +279,20 @@ bool is_keep(CheckpointPolicy decision) {
 // (checkpoint() asks inside_selective_policy()).
 CheckpointPolicy run_policy(const OperatorLog::State& log, const c10::FunctionSchema& schema,
                             const OperatorCall& seen) {
-  Interception* const intercepting = active;
-  const c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
-  const bool was_inside = inside_policy;
-  active = nullptr;
-  set_intercepting(false);
-  inside_policy = true;
-  auto resume = [&] {
-    inside_policy = was_inside;
-    c10::impl::_force_tls_local_dispatch_key_set(keys);
-    active = intercepting;
+  struct PolicyScope {
+    HiddenFromEnclosingLog hidden;  // the policy's own calls are not the function's
+    bool was_inside = std::exchange(inside_policy, true);
+    ~PolicyScope() { inside_policy = was_inside; }
   };
   CheckpointPolicy decision;
   try {
+    PolicyScope scope;
     decision = log.policy(seen);
   } catch (const std::exception& e) {
-    resume();
     const std::string what = e.what();
     REMAT_CHECK(false, log.prefix(), "the selective policy threw while deciding ", call_text(schema),
                 " (operator call ", seen.index, "): ", what.substr(0, what.find('\n')));
-  } catch (...) {
-    resume();
-    throw;
   }
-  resume();
   const auto value = static_cast<int>(decision);
   REMAT_CHECK(value >= static_cast<int>(CheckpointPolicy::must_save) &&
                   value <= static_cast<int>(CheckpointPolicy::prefer_recompute),
