@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
@@ -165,21 +166,45 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   const remat::MeasurePeak measure_peak = [&](const remat::Plan& plan) {
     return remat::measure_plan_peak(chain, plan, x);
   };
+  // A share ("50%") is of the unchecked step's measured peak, as plan_for_budget takes it: the plan
+  // is chosen at that share of the predicted peak and verified against the measured bytes.
+  const int64_t unchecked_measured = measure_peak(plain);
+  const auto verified = [&](const remat::CostTable& table, const std::string& text) {
+    const remat::Budget budget(text);
+    const int64_t measured_bytes =
+        budget.is_relative() ? std::max<int64_t>(budget.to_bytes(unchecked_measured), 1) : -1;
+    return remat::plan_verified(table, budget, {}, measure_peak, remat::kDefaultMaxReplans, measured_bytes);
+  };
   // Then the measured choice, as plan_for_budget makes it: timed against the rules of thumb the
-  // cost model cannot separate from it, the fastest that fits kept.
+  // cost model cannot separate from it, the fastest that fits kept. A budget no plan fits is told,
+  // with the least that fits, and left out of the comparison.
   const auto choice =
       remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::always).steps(options.choice_steps);
   std::vector<remat::PlanResult> optimal;
+  std::vector<std::string> budget_names;
+  int64_t least_fitting = -1;
   for (const auto& budget : options.budgets) {
-    optimal.push_back(remat::choose_by_measurement(
-        chain, costs, remat::plan_verified(costs, budget, {}, measure_peak).ensure_feasible(), x, choice));
+    remat::PlanResult planned = verified(costs, budget);
+    if (!planned.feasible) {
+      least_fitting = planned.least_feasible_budget_bytes;
+      std::cout << "budget " << budget << " (" << remat::format_bytes(planned.budget_bytes)
+                << "): no plan measured within it; the least-memory plan measured "
+                << remat::format_bytes(planned.least_feasible_budget_bytes) << ", "
+                << std::round(1000.0 * static_cast<double>(planned.least_feasible_budget_bytes) /
+                              static_cast<double>(unchecked_measured)) /
+                       10.0
+                << "% of the measured unchecked peak\n";
+      continue;
+    }
+    optimal.push_back(remat::choose_by_measurement(chain, costs, std::move(planned), x, choice));
+    budget_names.push_back(budget);
   }
+  REMAT_CHECK(!optimal.empty(), "none of the budgets has a plan that fits: give one of at least ",
+              remat::format_bytes(least_fitting), ".");
   // The same budgets planned without the generic option: measured in the same series, after them.
   const remat::CostTable costs_without = without_selective_option(costs);
   const size_t budget_count = optimal.size();
-  for (const auto& budget : options.budgets) {
-    optimal.push_back(remat::plan_verified(costs_without, budget, {}, measure_peak).ensure_feasible());
-  }
+  for (const auto& budget : budget_names) optimal.push_back(verified(costs_without, budget).ensure_feasible());
   std::vector<remat::NamedPlan> policies;
   for (const auto& policy : remat::generic_policy_candidates()) {
     try {
@@ -220,7 +245,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
                          static_cast<double>(m.activation_peak_bytes);
     const remat::MeasuredChoice& mc = p.measured_choice;
     budgets.add_row(
-        {options.budgets[b], remat::format_bytes(p.prediction.peak_bytes),
+        {budget_names[b], remat::format_bytes(p.prediction.peak_bytes),
          remat::format_bytes(m.activation_peak_bytes) + (bc.fits ? "" : "!"), percent(error), std::to_string(p.replans),
          mc.measured && mc.chosen > 0 ? mc.candidates[mc.chosen].name : "DP",
          overhead_text(p.predicted_overhead(), p.predicted_overhead_spread()),
@@ -234,7 +259,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   }
   budgets.print(std::cout);
   for (size_t b = 0; b < budget_count; ++b) {
-    std::cout << "plan at " << options.budgets[b] << ": " << c.budgets[b].optimal.plan.to_string() << "\n"
+    std::cout << "plan at " << budget_names[b] << ": " << c.budgets[b].optimal.plan.to_string() << "\n"
               << "   measured choice: " << c.budgets[b].optimal.measured_choice.reason << "\n"
               << "   without sac: " << c.budgets[budget_count + b].optimal.plan.to_string() << "\n";
   }
@@ -252,8 +277,7 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
 
   // Training: the same steps unchecked and under the plan for `train_budget`, from the same
   // initialisation and RNG seeds: parameters and buffers (running statistics) must match exactly.
-  const remat::Plan train_plan =
-      remat::plan_verified(costs, options.train_budget, {}, measure_peak).ensure_feasible().plan;
+  const remat::Plan train_plan = verified(costs, options.train_budget).ensure_feasible().plan;
   std::vector<std::vector<at::Tensor>> finals;
   std::vector<std::vector<double>> losses(2);
   for (int planned = 0; planned < 2; ++planned) {

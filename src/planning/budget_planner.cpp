@@ -18,36 +18,56 @@
 namespace remat {
 
 PlanResult plan_verified(const CostTable& costs, const Budget& budget, const PlannerOptions& options,
-                         const MeasurePeak& measure_peak, int max_replans) {
+                         const MeasurePeak& measure_peak, int max_replans, int64_t measured_budget_bytes) {
   REMAT_CHECK(static_cast<bool>(measure_peak), "plan_verified: give a function measuring a plan's peak.");
   REMAT_CHECK(max_replans >= 0, "plan_verified: max_replans must be 0 or more, got ", max_replans, ".");
+  REMAT_CHECK(measured_budget_bytes == -1 || measured_budget_bytes > 0,
+              "plan_verified: measured_budget_bytes must be positive, or -1 for the planned budget; got ",
+              measured_budget_bytes, ".");
   PlanResult result = plan_optimal(costs, budget, options);
-  if (!result.feasible) return result;  // infeasible as predicted: nothing to run
-  const int64_t budget_bytes = result.budget_bytes;
+  const bool own_units = measured_budget_bytes > 0;
+  if (!result.feasible && !own_units) return result;  // infeasible as predicted: nothing to run
+  // The planner plans in predicted bytes; the plan is verified in measured bytes. Their ratio turns
+  // a measured overshoot into the predicted bytes a re-plan lowers its budget by.
+  const int64_t planned_bytes = std::max<int64_t>(result.budget_bytes, 1);
+  const int64_t budget_bytes = own_units ? measured_budget_bytes : planned_bytes;
+  const double measured_per_predicted = static_cast<double>(budget_bytes) / static_cast<double>(planned_bytes);
   // One table for every re-plan: they only ask lower budgets.
-  const OptimalPlanner planner(costs, options, std::max<int64_t>(budget_bytes, 1));
-  int64_t worst_error = 0;  // measured over predicted, the largest seen
-  for (int round = 0;; ++round) {
-    result.measured_peak_bytes = measure_peak(result.plan);
-    result.replans = round;
-    if (result.measured_peak_bytes <= budget_bytes) return result;
-    worst_error = std::max(worst_error, result.measured_peak_bytes - result.prediction.peak_bytes);
-    if (round == max_replans) break;
-    PlanResult next = planner.plan(budget_bytes - worst_error);
-    if (!next.feasible || next.plan.to_string() == result.plan.to_string()) break;  // nothing new to measure
-    next.budget_bytes = budget_bytes;
-    next.solve_seconds = result.solve_seconds;
-    result = std::move(next);
-  }
-  // The least-memory plan: it fits, or nothing does.
+  const OptimalPlanner planner(costs, options, planned_bytes);
   PlanResult least = result;
+  if (result.feasible) {
+    double worst_error = 0;  // measured over predicted (in predicted bytes), the largest seen
+    for (int round = 0;; ++round) {
+      result.measured_peak_bytes = measure_peak(result.plan);
+      result.replans = round;
+      result.budget_bytes = budget_bytes;
+      if (result.measured_peak_bytes <= budget_bytes) return result;
+      worst_error = std::max(worst_error, static_cast<double>(result.measured_peak_bytes) / measured_per_predicted -
+                                              static_cast<double>(result.prediction.peak_bytes));
+      if (round == max_replans) break;
+      PlanResult next = planner.plan(planned_bytes - static_cast<int64_t>(std::ceil(worst_error)));
+      if (!next.feasible || next.plan.to_string() == result.plan.to_string()) break;  // nothing new to measure
+      next.budget_bytes = budget_bytes;
+      next.solve_seconds = result.solve_seconds;
+      result = std::move(next);
+    }
+    least = result;
+  }
+  // The least-memory plan: it fits, or nothing does (also where none was predicted to fit a budget
+  // in measured bytes: the prediction may overshoot).
   least.plan = planner.least_memory_plan();
   least.prediction = simulate(least.plan, costs);
   least.measured_peak_bytes = measure_peak(least.plan);
-  least.replans = result.replans + 1;
+  least.replans = result.feasible ? result.replans + 1 : 0;
+  least.budget_bytes = budget_bytes;
   least.feasible = least.measured_peak_bytes <= budget_bytes;
-  if (least.feasible) return least;
+  if (least.feasible) {
+    least.least_feasible_budget_bytes = -1;
+    return least;
+  }
   result.feasible = false;
+  result.budget_bytes = budget_bytes;
+  if (result.measured_peak_bytes < 0) result.measured_peak_bytes = least.measured_peak_bytes;
   result.least_feasible_budget_bytes = least.measured_peak_bytes;
   return result;
 }
@@ -256,12 +276,20 @@ PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const B
                            const BudgetPlanOptions& options) {
   const CostTable costs =
       profile_chain(chain, sample_input, ProfileOptions(options.profile()).mode(options.planner().mode()));
+  // A share ("50%") is of the peak a user measures, not of the simulator's: one unchecked step.
+  // The plan is chosen at the same share of the predicted peak, then verified in measured bytes.
+  int64_t measured_unchecked = -1;
+  if (budget.is_relative() && options.max_replans() >= 0) {
+    measured_unchecked = measure_plan_peak(chain, costs.plain_plan(options.planner().mode()), sample_input);
+  }
   PlanResult result =
       options.max_replans() < 0
           ? plan_optimal(costs, budget, options.planner())
           : plan_verified(
                 costs, budget, options.planner(),
-                [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); }, options.max_replans());
+                [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); }, options.max_replans(),
+                measured_unchecked > 0 ? std::max<int64_t>(budget.to_bytes(measured_unchecked), 1) : -1);
+  result.measured_unchecked_peak_bytes = measured_unchecked;
   result.ensure_feasible();
   return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(),
                                options.profile().threads());

@@ -411,7 +411,11 @@ double PlanResult::predicted_overhead_spread() const { return remat::predicted_o
 const PlanResult& PlanResult::ensure_feasible() const {
   if (feasible) return *this;
   const int64_t least = least_feasible_budget_bytes;
-  const double unchecked_peak = static_cast<double>(std::max<int64_t>(unchecked.peak_bytes, 1));
+  // A share is told of the peak it was resolved against: the measured one where a step was run.
+  const bool measured_share = measured_unchecked_peak_bytes > 0;
+  const double unchecked_peak =
+      static_cast<double>(std::max<int64_t>(measured_share ? measured_unchecked_peak_bytes : unchecked.peak_bytes, 1));
+  const char* peak_name = measured_share ? "% of the measured unchecked peak" : "% of the predicted unchecked peak";
   REMAT_CHECK(least >= 0, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (",
               format_bytes(budget_bytes), "), and none fits any budget: the chain's stages alone exceed what the ",
               "planner can hold. Plan a smaller model or batch.");
@@ -419,12 +423,12 @@ const PlanResult& PlanResult::ensure_feasible() const {
               format_bytes(budget_bytes), ") after ", replans, " re-plans (the last measured ",
               format_bytes(measured_peak_bytes), "): the least-memory plan measured ", least, " bytes (",
               format_bytes(least), ", ", std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,
-              "% of the unchecked predicted peak), the smallest budget measured feasible. Give at least that, or a ",
+              peak_name, "), the smallest budget measured feasible. Give at least that, or a ",
               "smaller model or batch.");
   REMAT_CHECK(false, name, " planner: no plan fits a budget of ", budget_bytes, " bytes (", format_bytes(budget_bytes),
               "): the smallest feasible budget is ", least, " bytes (", format_bytes(least), ", ",
-              std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0,
-              "% of the unchecked peak). Give at least that, or a smaller model or batch.");
+              std::round(1000.0 * static_cast<double>(least) / unchecked_peak) / 10.0, peak_name,
+              "). Give at least that, or a smaller model or batch.");
   return *this;
 }
 

@@ -6,6 +6,9 @@
 //   std::cout << p.plan.to_string() << ", predicted peak " << p.prediction.peak_bytes << " bytes\n";
 //   at::Tensor loss = remat::run_plan(chain, p.plan, images);             // every training step
 //
+// A share ("50%") is of the unchecked step's activation peak as measured (one step is run for it;
+// PlanResult::measured_unchecked_peak_bytes), not of the prediction, so a user's own measurement of
+// the unchecked step gives the same bytes; the plan is chosen at that share of the predicted peak.
 // The plan is the optimal planner's (planner.h) on the measured cost table (profiler.h), then
 // verified: run for one measured step, and while its measured peak passes the budget, planned again
 // for a budget lowered by the overshoot (plan_verified); then, where the cost model cannot tell it
@@ -90,8 +93,13 @@ using MeasurePeak = std::function<int64_t(const Plan&)>;
 /// times), and last the least-memory plan. The result records the measured peak and the re-plans;
 /// `feasible` means measured within the budget (else least_feasible_budget_bytes is the least-memory
 /// plan's measured peak, and ensure_feasible() says so).
+/// `measured_budget_bytes` (> 0), where given, is what the measured peak must fit instead of the
+/// planned budget: a share of the measured unchecked peak, the plan chosen at the same share of the
+/// predicted one (plan_for_budget); the least-memory plan is then measured even where no plan was
+/// predicted to fit.
 PlanResult plan_verified(const CostTable& costs, const Budget& budget, const PlannerOptions& options,
-                         const MeasurePeak& measure_peak, int max_replans = kDefaultMaxReplans);
+                         const MeasurePeak& measure_peak, int max_replans = kDefaultMaxReplans,
+                         int64_t measured_budget_bytes = -1);
 
 /// The activation peak of one training step of `plan` on `sample_input` (after a warm-up step),
 /// the model left as it was (gradients, buffers, RNG). A chain without a loss is back-propagated

@@ -76,6 +76,8 @@ struct PlanResult {
   Plan plan;              ///< the choice; for the optimal planner empty when infeasible
   Prediction prediction;  ///< the simulator's, for `plan`
   Prediction unchecked;   ///< the simulator's, for the plan that checkpoints nothing
+  /// In predicted bytes, or in measured ones where a share was resolved against the measured
+  /// unchecked peak (plan_for_budget): then the plan was chosen at that share of the predicted peak.
   int64_t budget_bytes = 0;
   /// The least budget for which this planner finds a plan (the predicted peak of its least-memory
   /// plan; for the optimal planner on a grid within 0.2% of that peak); -1 when it finds none.
@@ -87,6 +89,9 @@ struct PlanResult {
   int64_t measured_peak_bytes = -1;
   /// How many times verification planned again, each time for a budget lowered by the overshoot.
   int replans = 0;
+  /// The unchecked step's activation peak as measured, where a share ("50%") was resolved against it
+  /// (plan_for_budget, Planned); -1 where the share was of the predicted peak (unchecked.peak_bytes).
+  int64_t measured_unchecked_peak_bytes = -1;
   /// The CPU threads the costs were timed under (CostTable::threads); empty where unknown.
   std::string timed_under;
   /// Where the plan was timed against its nearest rules of thumb (choose_by_measurement); its
@@ -101,7 +106,8 @@ struct PlanResult {
   const PlanResult& ensure_feasible() const;
 };
 
-/// The fastest plan predicted to fit `budget` (a share is of the unchecked predicted peak).
+/// The fastest plan predicted to fit `budget` (a share is of the unchecked predicted peak: no step
+/// is run; plan_for_budget takes it of the measured one).
 PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
 
 /// The least budget for which the optimal planner finds a plan (bytes, within 0.2%); -1 when none.
