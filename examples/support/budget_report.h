@@ -326,11 +326,15 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
       plans.back().mode = mode;
       names.push_back(policy);
     }
-    plans.push_back(
-        remat::plan_verified(costs, options.train_budget, remat::PlannerOptions().mode(mode),
-                             [&](const remat::Plan& plan) { return remat::measure_plan_peak(chain, plan, x); })
-            .ensure_feasible()
-            .plan);
+    // A share of the measured unchecked peak, as plan_for_budget takes it.
+    const remat::Budget budget(options.train_budget);
+    const auto measure_peak = [&](const remat::Plan& plan) { return remat::measure_plan_peak(chain, plan, x); };
+    const int64_t measured_bytes =
+        budget.is_relative() ? std::max<int64_t>(budget.to_bytes(measure_peak(remat::Plan::plain(chain))), 1) : -1;
+    plans.push_back(remat::plan_verified(costs, budget, remat::PlannerOptions().mode(mode), measure_peak,
+                                         remat::kDefaultMaxReplans, measured_bytes)
+                        .ensure_feasible()
+                        .plan);
     names.push_back("optimal " + options.train_budget);
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";
