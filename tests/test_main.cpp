@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include "remat/base/threads.h"
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   if (!at::hasCUDA()) {
@@ -10,5 +12,6 @@ int main(int argc, char** argv) {
     ::testing::GTEST_FLAG(filter) = filter + (filter.find('-') == std::string::npos ? "-" : ":") + "*_CUDA";
   }
   at::set_num_threads(2);
+  remat::set_thread_warning(false);  // arranged as LibTorch documents, on purpose; own_model_test checks the warning
   return RUN_ALL_TESTS();
 }

@@ -169,7 +169,7 @@ at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep, bool gra
                            : qkv(ln1(x));
   at::Tensor attended = keep == Keep::selective
                             ? checkpoint([this](const at::Tensor& in) { return core_attention(in); }, qkv_out,
-                                         CheckpointOptions().name("core attention"))
+                                         CheckpointOptions().name("core attention").use_reentrant(true))
                             : core_attention(qkv_out, is_fused(keep));  // (B,T,C)
   if (graph_only) {
     return residual_linear_dropout_graph_only(x, attended, proj->weight, proj->bias, dropout_, is_training(),

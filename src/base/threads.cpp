@@ -5,6 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <string>
 
 #include <ATen/Parallel.h>
 
@@ -97,6 +102,44 @@ void restore_cpu_threads(const CpuThreads& threads) {
               "or from 1 to the CPUs, got ", threads.blas, ".");
   if (threads.blas > 0) check_cpu_threads(threads.blas, "restore_cpu_threads: the OpenBLAS threads (CpuThreads::blas)");
   apply_cpu_threads(threads);
+}
+
+namespace {
+std::atomic<bool> thread_warning_done{false};  // warned, or silenced
+std::atomic<int> intra_op_checked{-1};         // at::get_num_threads() when last found not oversubscribed
+std::mutex thread_warning_mutex;
+}  // namespace
+
+std::string oversubscription_warning(const CpuThreads& threads) {
+  if (!threads.oversubscribed()) return {};
+  const int fix = std::min(std::max(threads.intra_op, threads.blas), threads.cpus);
+  return "remat: warning: " + threads.to_string() + ": LibTorch's and OpenBLAS's thread pools preempt each " +
+         "other, so steps run up to several times slower and their times scatter. Call remat::set_cpu_threads(" +
+         std::to_string(fix) + ") instead of at::set_num_threads (" + std::to_string(fix) +
+         " OpenBLAS threads for matrix products, one LibTorch intra-op thread); see remat/base/threads.h. " +
+         "Shown once; REMAT_THREAD_WARNING=0 or remat::set_thread_warning(false) silences it.\n";
+}
+
+void set_thread_warning(bool enabled) { thread_warning_done = !enabled; }
+
+void warn_if_threads_oversubscribed() {
+  if (thread_warning_done.load(std::memory_order_relaxed)) return;
+  const int intra_op = at::get_num_threads();
+  if (intra_op == intra_op_checked.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> lock(thread_warning_mutex);
+  if (thread_warning_done) return;
+  const char* setting = std::getenv("REMAT_THREAD_WARNING");
+  if (setting != nullptr && std::string(setting) == "0") {
+    thread_warning_done = true;
+    return;
+  }
+  const std::string warning = oversubscription_warning(cpu_threads());
+  if (warning.empty()) {
+    intra_op_checked = intra_op;
+    return;
+  }
+  thread_warning_done = true;
+  std::cerr << warning << std::flush;
 }
 
 TimingThreads::TimingThreads(ThreadsWhileTiming policy) : found_(cpu_threads()), timed_(found_) {

@@ -8,6 +8,7 @@
 #include "checkpoint/operator_log.h"
 #include "checkpoint/recompute_state.h"
 #include "remat/base/error.h"
+#include "remat/base/threads.h"
 
 namespace remat {
 namespace detail {
@@ -44,7 +45,7 @@ using detail::describe_input_use;
 }  // namespace
 
 namespace {
-thread_local CheckpointMode default_mode = CheckpointMode::reentrant;
+thread_local CheckpointMode default_mode = CheckpointMode::non_reentrant;
 }  // namespace
 
 CheckpointMode default_checkpoint_mode() { return default_mode; }
@@ -64,8 +65,11 @@ CheckpointModeGuard::CheckpointModeGuard(CheckpointMode mode) : previous_(defaul
 
 CheckpointModeGuard::~CheckpointModeGuard() { default_mode = previous_; }
 
-std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
-                                   const CheckpointOptions& options) {
+namespace detail {
+
+std::vector<at::Tensor> checkpoint_function(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
+                                            const CheckpointOptions& options) {
+  warn_if_threads_oversubscribed();
   REMAT_CHECK(static_cast<bool>(fn), describe_input_use(options.name()), "the function is empty.");
   REMAT_CHECK(!detail::inside_selective_policy(), describe_input_use(options.name()),
               "called from inside a selective policy. A policy decides what to keep from the call it is given; "
@@ -90,11 +94,14 @@ std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vect
   return outputs;
 }
 
-at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input, const CheckpointOptions& options) {
+at::Tensor checkpoint_function(const TensorFunction& fn, const at::Tensor& input, const CheckpointOptions& options) {
   REMAT_CHECK(static_cast<bool>(fn), describe_input_use(options.name()), "the function is empty.");
-  auto outputs = checkpoint([fn](const std::vector<at::Tensor>& xs) { return std::vector<at::Tensor>{fn(xs[0])}; },
-                            std::vector<at::Tensor>{input}, options);
+  auto outputs = checkpoint_function(
+      TensorListFunction([fn](const std::vector<at::Tensor>& xs) { return std::vector<at::Tensor>{fn(xs[0])}; }),
+      std::vector<at::Tensor>{input}, options);
   return outputs[0];
 }
+
+}  // namespace detail
 
 }  // namespace remat

@@ -19,6 +19,7 @@
 #include "remat/checkpoint/checkpoint.h"
 #include "remat/checkpoint/saved_tensors.h"
 #include "remat/base/error.h"
+#include "remat/base/threads.h"
 #include "remat/internal/statistics.h"
 #include "remat/memory/memory.h"
 
@@ -582,7 +583,8 @@ int64_t segment_held_bytes(const at::Tensor& input, c10::Device device) {
   at::Tensor probe = at::ones({1}, input.options().dtype(at::kFloat)).requires_grad_(true);
   synchronize_device(device);
   const int64_t before = memory_stats(device).current_bytes;
-  at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe);
+  at::Tensor y = checkpoint([](const at::Tensor& x) { return at::mul(x, x); }, probe,
+                            CheckpointOptions().mode(CheckpointMode::reentrant));
   return std::max<int64_t>(0, memory_stats(device).current_bytes - before - storage_bytes(y));
 }
 
@@ -638,6 +640,7 @@ std::string unstable_note(const CostTable& table, double tolerance) {
 }  // namespace
 
 CostTable profile_chain(Chain& chain, const at::Tensor& input, const ProfileOptions& options) {
+  warn_if_threads_oversubscribed();  // timed around below, but the user's training runs as found
   check_profile_options(options);
   REMAT_CHECK(input.defined(), "profile: the sample input is undefined.");
   REMAT_CHECK(c10::GradMode::is_enabled(), "profile: grad mode is disabled; profile outside torch::NoGradGuard.");

@@ -48,6 +48,17 @@ void restore_cpu_threads(const CpuThreads& threads);
 /// 1 <= threads <= usable_cpus().
 void check_cpu_threads(int threads, const std::string& what);
 
+/// Warns once per process, on standard error, when the arrangement is oversubscribed, naming the
+/// fix (set_cpu_threads). The first checkpoint, profile and plan call it; after the check it costs
+/// one at::get_num_threads() per call, and nothing after the warning. LibTorch's defaults on a
+/// machine with OpenBLAS are oversubscribed (both pools one thread per CPU). Silenced by
+/// set_thread_warning(false) or the environment variable REMAT_THREAD_WARNING=0.
+void warn_if_threads_oversubscribed();
+/// Turns that warning on or off for the process (on by default).
+void set_thread_warning(bool enabled);
+/// The warning's text for `threads` (empty where they are not oversubscribed).
+std::string oversubscription_warning(const CpuThreads& threads);
+
 /// How the profiler and measure_plans treat the caller's threads while they time.
 enum class ThreadsWhileTiming {
   arranged,  ///< an oversubscribed arrangement is replaced by set_cpu_threads' while timing

@@ -1,6 +1,7 @@
 // remat/checkpoint/checkpoint.h — activation checkpointing for a function of tensors.
 //
-//   auto y = remat::checkpoint([block](const torch::Tensor& x) { return block->forward(x); }, x);
+//   auto y = remat::checkpoint(block, x);  // a module holder: kept alive until backward
+//   auto z = remat::checkpoint([block](const torch::Tensor& x) { return block->forward(x); }, x);
 //
 // `fn` is kept until backward, which calls it again: it must own what it captures (module holders
 // and tensors by value; a `[&]` capture of a caller's locals dangles once the caller returns).
@@ -11,14 +12,18 @@
 // Parameters used inside `fn` get their gradients (found by recording the forward's graph), a
 // saved tensor changed in place before the recompute is refused with an error, a captured tensor
 // changed or rebound after the forward is refused (check_reads, on by default), and under
-// torch::NoGradGuard `fn` is just called. Two modes (CheckpointMode): reentrant, one autograd node
-// recomputing `fn` whole; non_reentrant, saved-tensor hooks and a recompute that stops early.
+// torch::NoGradGuard `fn` is just called. Two modes (CheckpointMode): non_reentrant (the default, as
+// PyTorch recommends), saved-tensor hooks and a recompute that stops early, gradients bit for bit the
+// unchecked run's; reentrant, one autograd node recomputing `fn` whole, whose gradient of an input
+// also used outside `fn` is summed in another order (off by float rounding).
 // How each works and what it promises: docs/design.md, "The checkpoint mechanism".
 #pragma once
 
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -38,12 +43,12 @@ CheckpointMode parse_checkpoint_mode(const std::string& text);
 /// Writes to_string(mode).
 std::ostream& operator<<(std::ostream& out, CheckpointMode mode);
 
-/// The mode of checkpoint calls whose options name none (reentrant unless a CheckpointModeGuard
+/// The mode of checkpoint calls whose options name none (non-reentrant unless a CheckpointModeGuard
 /// says otherwise on this thread).
 CheckpointMode default_checkpoint_mode();
 
 /// Sets the default mode on this thread while alive (e.g. for a whole model of Checkpointed
-/// modules): `remat::CheckpointModeGuard mode(remat::CheckpointMode::non_reentrant);`
+/// modules): `remat::CheckpointModeGuard mode(remat::CheckpointMode::reentrant);`
 class CheckpointModeGuard {
  public:
   explicit CheckpointModeGuard(CheckpointMode mode);
@@ -97,12 +102,56 @@ struct CheckpointOptions {
 using TensorFunction = std::function<at::Tensor(const at::Tensor&)>;
 using TensorListFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
+namespace detail {
+std::vector<at::Tensor> checkpoint_function(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
+                                            const CheckpointOptions& options);
+at::Tensor checkpoint_function(const TensorFunction& fn, const at::Tensor& input, const CheckpointOptions& options);
+
+// A module holder (torch::nn::Linear, a TORCH_MODULE of your own) names its module type. It is
+// told apart before std::function is asked whether it can hold it: that question instantiates the
+// holder's operator() with the wrong arguments, a hard error rather than a failed overload.
+template <typename T, typename = void>
+struct is_module_holder : std::false_type {};
+template <typename T>
+struct is_module_holder<T, std::void_t<typename T::ContainedType>> : std::true_type {};
+
+template <typename Fn, typename Function>
+using if_function = std::enable_if_t<
+    std::conjunction<std::negation<is_module_holder<std::decay_t<Fn>>>, std::is_constructible<Function, Fn>>::value,
+    int>;
+template <typename Holder>
+using if_module_holder = std::enable_if_t<is_module_holder<std::decay_t<Holder>>::value, int>;
+}  // namespace detail
+
 /// Checkpoints a function of several tensors returning several tensors. Inputs may be undefined
 /// or not require grad; outputs may be integer (non-differentiable), undefined or unused.
-std::vector<at::Tensor> checkpoint(const TensorListFunction& fn, const std::vector<at::Tensor>& inputs,
-                                   const CheckpointOptions& options = {});
+template <typename Fn, detail::if_function<Fn, TensorListFunction> = 0>
+std::vector<at::Tensor> checkpoint(Fn&& fn, const std::vector<at::Tensor>& inputs,
+                                   const CheckpointOptions& options = {}) {
+  return detail::checkpoint_function(TensorListFunction(std::forward<Fn>(fn)), inputs, options);
+}
 
 /// Checkpoints a function of one tensor returning one tensor.
-at::Tensor checkpoint(const TensorFunction& fn, const at::Tensor& input, const CheckpointOptions& options = {});
+template <typename Fn, detail::if_function<Fn, TensorFunction> = 0>
+at::Tensor checkpoint(Fn&& fn, const at::Tensor& input, const CheckpointOptions& options = {}) {
+  return detail::checkpoint_function(TensorFunction(std::forward<Fn>(fn)), input, options);
+}
+
+/// Checkpoints a module's forward of one tensor: `remat::checkpoint(block, x)`. The holder is
+/// copied into the checkpoint, so the module lives until backward; its buffers (BatchNorm's running
+/// statistics) are updated once, by the forward, also with check_reads(false).
+template <typename Holder, detail::if_module_holder<Holder> = 0>
+at::Tensor checkpoint(const Holder& module, const at::Tensor& input, const CheckpointOptions& options = {}) {
+  std::decay_t<Holder> owned = module;
+  CheckpointOptions module_options = options;
+  if (owned->is_training()) {
+    std::vector<at::Tensor> restored = options.restore_after_recompute();
+    for (const auto& buffer : owned->buffers()) restored.push_back(buffer);
+    module_options.restore_after_recompute(std::move(restored));
+  }
+  return detail::checkpoint_function(
+      TensorFunction([owned](const at::Tensor& x) mutable -> at::Tensor { return owned->forward(x); }), input,
+      module_options);
+}
 
 }  // namespace remat
