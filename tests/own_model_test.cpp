@@ -3,6 +3,7 @@
 // gradients and, over three SGD steps, parameters and running statistics bitwise the unchecked
 // run's. The module-holder form of checkpoint, the default mode, the thread warning, and a share
 // of a budget taken of the measured unchecked peak.
+#include <cstdlib>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -221,6 +222,17 @@ TEST(OwnModel, ThreadWarningNamesTheFixAndIsShownOnce) {
   // In this process: arranged as found, one checkpoint warns where the arrangement is
   // oversubscribed (LibTorch's defaults with OpenBLAS on 2 or more CPUs), a second one never.
   const remat::CpuThreads found = remat::cpu_threads();
+  // REMAT_THREAD_WARNING=0 in the environment (scripts/sanitize.sh sets it) would silence it.
+  const char* setting = std::getenv("REMAT_THREAD_WARNING");
+  const std::string saved_setting = setting != nullptr ? setting : "";
+  unsetenv("REMAT_THREAD_WARNING");
+  struct RestoreSetting {
+    const char* was;
+    std::string value;
+    ~RestoreSetting() {
+      if (was != nullptr) setenv("REMAT_THREAD_WARNING", value.c_str(), 1);
+    }
+  } restore_setting{setting, saved_setting};
   remat::set_thread_warning(true);
   const at::Tensor x = torch::randn({4}, torch::requires_grad());
   auto square = [](const at::Tensor& t) { return t * t; };
