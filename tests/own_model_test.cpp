@@ -246,17 +246,22 @@ TEST(OwnModel, ThreadWarningNamesTheFixAndIsShownOnce) {
   EXPECT_EQ(second, "");
 }
 
-TEST(OwnModel, AShareOfTheBudgetIsOfTheMeasuredUncheckedPeak) {
-  torch::manual_seed(0);
+nn::Sequential tanh_mlp(int layers) {
   nn::Sequential net;
   net->push_back(nn::Linear(32, 256));
-  for (int layer = 0; layer < 6; ++layer) {
+  for (int layer = 0; layer < layers; ++layer) {
     net->push_back(nn::Tanh());
     net->push_back(nn::Linear(256, 256));
   }
   net->push_back(nn::Linear(256, 4));
-  const at::Tensor x = torch::randn({512, 32});
-  const at::Tensor labels = torch::randint(0, 4, {512}, torch::kLong);
+  return net;
+}
+
+TEST(OwnModel, AShareOfTheBudgetIsOfTheMeasuredUncheckedPeak) {
+  torch::manual_seed(0);
+  nn::Sequential net = tanh_mlp(12);  // deep enough that 90% is well above its least-memory plan
+  const at::Tensor x = torch::randn({256, 32});
+  const at::Tensor labels = torch::randint(0, 4, {256}, torch::kLong);
   remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::cross_entropy(out, labels); });
   const remat::PlanResult planned = remat::plan_for_budget(
       chain, x, "90%",
@@ -265,6 +270,40 @@ TEST(OwnModel, AShareOfTheBudgetIsOfTheMeasuredUncheckedPeak) {
   EXPECT_EQ(planned.measured_unchecked_peak_bytes, measured);
   EXPECT_EQ(planned.budget_bytes, remat::Budget("90%").to_bytes(measured));
   EXPECT_LE(planned.measured_peak_bytes, planned.budget_bytes);
+}
+
+TEST(OwnModel, PlanVerifiedOnTheChainTakesAShareOfTheUncheckedPeakGivenOrMeasured) {
+  torch::manual_seed(0);
+  nn::Sequential net = tanh_mlp(12);
+  const at::Tensor x = torch::randn({256, 32});
+  const at::Tensor labels = torch::randint(0, 4, {256}, torch::kLong);
+  remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::cross_entropy(out, labels); });
+  const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1).max_repeats(1));
+  const int64_t unchecked = remat::measure_plan_peak(chain, remat::Plan::plain(chain), x);
+
+  const remat::PlanResult measured_here = remat::plan_verified(chain, costs, x, "90%");
+  EXPECT_EQ(measured_here.measured_unchecked_peak_bytes, unchecked);
+  EXPECT_EQ(measured_here.budget_bytes, remat::Budget("90%").to_bytes(unchecked));
+  ASSERT_TRUE(measured_here.feasible);
+  EXPECT_LE(measured_here.measured_peak_bytes, measured_here.budget_bytes);
+
+  // Given (several budgets on one measurement), it is used as it is, even when it is not the truth.
+  const remat::PlanResult given =
+      remat::plan_verified(chain, costs, x, "90%", {}, remat::kDefaultMaxReplans, 2 * unchecked);
+  EXPECT_EQ(given.measured_unchecked_peak_bytes, 2 * unchecked);
+  EXPECT_EQ(given.budget_bytes, remat::Budget("90%").to_bytes(2 * unchecked));
+  EXPECT_TRUE(given.feasible);
+
+  // An absolute budget needs no unchecked step; an impossible one names the least-memory plan's peak.
+  const remat::PlanResult absolute = remat::plan_verified(chain, costs, x, remat::Budget::bytes(unchecked));
+  EXPECT_EQ(absolute.measured_unchecked_peak_bytes, -1);
+  EXPECT_TRUE(absolute.feasible);
+  const remat::PlanResult too_small = remat::plan_verified(chain, costs, x, "1%");
+  EXPECT_FALSE(too_small.feasible);
+  EXPECT_GT(too_small.least_feasible_budget_bytes, too_small.budget_bytes);
+  EXPECT_THROW(too_small.ensure_feasible(), c10::Error);
+
+  EXPECT_THROW(remat::plan_verified(chain, costs, x, "90%", {}, remat::kDefaultMaxReplans, 0), c10::Error);
 }
 
 }  // namespace

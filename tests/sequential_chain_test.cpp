@@ -541,3 +541,64 @@ TEST(Planned, ItsFirstForwardMayRunInsideACheckpointOfEitherMode) {
                                       remat::testing::parameter_grads(*planned));
   }
 }
+
+TEST(SequentialChain, RunPlanNeedsItsChainUntilBackwardAndSaysSoWhenItIsGone) {
+  nn::Sequential net = mlp(2);
+  const at::Tensor x = torch::randn({4, 32});
+  std::vector<std::pair<std::string, at::Tensor>> reference;
+  {
+    remat::SequentialChain chain(net);
+    torch::manual_seed(1);
+    remat::run_plan(chain, remat::policy_plan("block", chain), x).sum().backward();
+    reference = remat::testing::parameter_grads(*net);
+  }
+  // Made in a function that returns the loss, the chain is gone by backward.
+  net->zero_grad();
+  at::Tensor orphaned;
+  {
+    remat::SequentialChain chain(net);
+    orphaned = remat::run_plan(chain, remat::policy_plan("block", chain), x);
+  }
+  REMAT_EXPECT_ERROR(orphaned.sum().backward(),
+                     "run_plan: the chain was destroyed before backward recomputed its checkpointed segment");
+  // Given as a shared_ptr, it is held until then.
+  net->zero_grad();
+  at::Tensor held;
+  {
+    auto chain = std::make_shared<remat::SequentialChain>(net);
+    torch::manual_seed(1);
+    held = remat::run_plan(chain, remat::policy_plan("block", *chain), x);
+  }
+  held.sum().backward();
+  remat::testing::expect_same_grads(reference, remat::testing::parameter_grads(*net));
+  REMAT_EXPECT_ERROR(remat::run_plan(std::shared_ptr<remat::Chain>(), remat::Plan(), x), "run_plan: the chain is null");
+
+  // A copy is an object of its own, with a lifetime of its own.
+  remat::SequentialChain original(net);
+  std::weak_ptr<const void> of_copy;
+  {
+    remat::SequentialChain copy = original;
+    of_copy = copy.lifetime();
+    EXPECT_FALSE(of_copy.expired());
+  }
+  EXPECT_TRUE(of_copy.expired());
+  EXPECT_FALSE(original.lifetime().expired());
+}
+
+TEST(Planned, ItsOutputStillBackPropagatesWhenThePlannedModuleIsGone) {
+  const at::Tensor x = torch::randn({8, 3, 16, 16});
+  nn::Sequential net = convnet();
+  at::Tensor out;
+  {
+    remat::Planned planned(net, "92%",
+                           remat::PlannedOptions().planning(
+                               remat::BudgetPlanOptions().profile(remat::budget_profile_options().repeats(1))));
+    out = planned->forward(x);
+    ASSERT_GE(count_segments(planned->plan().items), 1) << planned->plan().to_string();
+  }
+  out.sum().backward();
+  for (const auto& p : net->parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
+  }
+}

@@ -163,17 +163,12 @@ inline int report_budgets(const std::function<torch::nn::Sequential()>& make_mod
   // Every plan measured once, interleaved: the unchecked one, each budget's optimal plan, and every
   // generic policy (the manual choices a user would otherwise make); overheads paired per round.
   // Each budget's plan verified to fit: run once, planned again below the budget if it passes it.
-  const remat::MeasurePeak measure_peak = [&](const remat::Plan& plan) {
-    return remat::measure_plan_peak(chain, plan, x);
-  };
-  // A share ("50%") is of the unchecked step's measured peak, as plan_for_budget takes it: the plan
-  // is chosen at that share of the predicted peak and verified against the measured bytes.
-  const int64_t unchecked_measured = measure_peak(plain);
-  const auto verified = [&](const remat::CostTable& table, const std::string& text) {
-    const remat::Budget budget(text);
-    const int64_t measured_bytes =
-        budget.is_relative() ? std::max<int64_t>(budget.to_bytes(unchecked_measured), 1) : -1;
-    return remat::plan_verified(table, budget, {}, measure_peak, remat::kDefaultMaxReplans, measured_bytes);
+  // A share ("50%") is of the unchecked step's measured peak, as plan_for_budget takes it; measured
+  // once for every budget.
+  const int64_t unchecked_measured = remat::measure_plan_peak(chain, plain, x);
+  const auto verified = [&](const remat::CostTable& table, const std::string& budget) {
+    return remat::plan_verified(chain, table, x, remat::Budget(budget), {}, remat::kDefaultMaxReplans,
+                                unchecked_measured);
   };
   // Then the measured choice, as plan_for_budget makes it: timed against the rules of thumb the
   // cost model cannot separate from it, the fastest that fits kept. A budget no plan fits is told,
@@ -326,15 +321,10 @@ inline int report_modes(const std::function<torch::nn::Sequential()>& make_model
       plans.back().mode = mode;
       names.push_back(policy);
     }
-    // A share of the measured unchecked peak, as plan_for_budget takes it.
-    const remat::Budget budget(options.train_budget);
-    const auto measure_peak = [&](const remat::Plan& plan) { return remat::measure_plan_peak(chain, plan, x); };
-    const int64_t measured_bytes =
-        budget.is_relative() ? std::max<int64_t>(budget.to_bytes(measure_peak(remat::Plan::plain(chain))), 1) : -1;
-    plans.push_back(remat::plan_verified(costs, budget, remat::PlannerOptions().mode(mode), measure_peak,
-                                         remat::kDefaultMaxReplans, measured_bytes)
-                        .ensure_feasible()
-                        .plan);
+    plans.push_back(
+        remat::plan_verified(chain, costs, x, remat::Budget(options.train_budget), remat::PlannerOptions().mode(mode))
+            .ensure_feasible()
+            .plan);
     names.push_back("optimal " + options.train_budget);
   }
   std::cout << "measuring " << plans.size() << " plans, " << options.measured_steps << " interleaved steps each...\n";

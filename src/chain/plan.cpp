@@ -177,45 +177,75 @@ void collect_depths(const std::vector<PlanItem>& items, int64_t depth, std::vect
   }
 }
 
-at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, const std::vector<PlanItem>& items,
-                     at::Tensor x, bool graph_only);
+// What a plan's checkpointed segments hold until their recomputes have run, in backward.
+struct PlanRun {
+  Chain* chain = nullptr;
+  std::shared_ptr<Chain> owner;     // the shared_ptr form of run_plan: keeps *chain alive
+  std::weak_ptr<const void> alive;  // *chain's lifetime, for the reference form
+  Plan plan;
+};
+
+at::Tensor run_items(const std::shared_ptr<const PlanRun>& run, const std::vector<PlanItem>& items, at::Tensor x,
+                     bool graph_only);
 
 // `graph_only`: the item is the last of a segment recomputed for its backward, whose result only
 // roots the graph; a stage then runs graph-only, stopping early.
-at::Tensor run_item(Chain& chain, const std::shared_ptr<const Plan>& plan, const PlanItem& item, const at::Tensor& x,
+at::Tensor run_item(const std::shared_ptr<const PlanRun>& run, const PlanItem& item, const at::Tensor& x,
                     bool graph_only) {
-  if (item.is_stage()) {
-    const std::string& option = plan->options[item.stage];
-    return chain.run_stage(item.stage, x, option, graph_only);
-  }
-  const std::vector<PlanItem>* segment = &item.segment;  // lives in *plan, which the lambda holds
+  Chain& chain = *run->chain;
+  const Plan& plan = run->plan;
+  if (item.is_stage()) return chain.run_stage(item.stage, x, plan.options[item.stage], graph_only);
+  const std::vector<PlanItem>* segment = &item.segment;  // lives in run->plan, which the lambda holds
   const auto [first, last] = stage_range(*segment);
-  const std::string name = plan->stage_names[first] + (first == last ? "" : ".." + plan->stage_names[last]);
+  std::string name = plan.stage_names[first] + (first == last ? "" : ".." + plan.stage_names[last]);
   std::vector<at::Tensor> buffers;
   for (int64_t s = first; s <= last; ++s) {
     for (auto& b : chain.stage_buffers(s)) buffers.push_back(std::move(b));
   }
   return checkpoint(
-      [&chain, plan, segment](const at::Tensor& in) {
+      [run, segment, name](const at::Tensor& in) {
+        // A chain made in a function that returns the loss is gone by backward: say so, rather
+        // than call into freed memory.
+        REMAT_CHECK(!run->alive.expired(), "run_plan: the chain was destroyed before backward recomputed its ",
+                    "checkpointed segment '", name, "'. A segment's recompute runs the chain's stages in backward: ",
+                    "keep the chain (e.g. the SequentialChain) alive until backward has run (make it outside ",
+                    "the function that returns the loss, or call backward inside it), or give run_plan a ",
+                    "std::shared_ptr to it, which it holds until then.");
         // This lambda is the checkpoint's function: what it returns is exactly what the
         // checkpoint's backward discards. Only it reads the flag (nested checkpoints' forward
         // calls reset it), and it passes it to its last stage alone.
-        return run_items(chain, plan, *segment, in, detail::recomputing_graph_only());
+        return run_items(run, *segment, in, detail::recomputing_graph_only());
       },
       x,
       CheckpointOptions()
           .name(name)
           .restore_after_recompute(std::move(buffers))
-          .mode(plan->mode)
+          .mode(plan.mode)
           // A reentrant segment checks its parameters' versions itself and recomputes its last
           // stage graph-only, which a call-by-call check would refuse; a non-reentrant one checks.
-          .check_reads(plan->mode == CheckpointMode::non_reentrant));
+          .check_reads(plan.mode == CheckpointMode::non_reentrant));
 }
 
 // `graph_only`: the items are a segment recomputed for its backward (see run_item).
-at::Tensor run_items(Chain& chain, const std::shared_ptr<const Plan>& plan, const std::vector<PlanItem>& items,
-                     at::Tensor x, bool graph_only) {
-  for (size_t i = 0; i < items.size(); ++i) x = run_item(chain, plan, items[i], x, graph_only && i + 1 == items.size());
+at::Tensor run_items(const std::shared_ptr<const PlanRun>& run, const std::vector<PlanItem>& items, at::Tensor x,
+                     bool graph_only) {
+  for (size_t i = 0; i < items.size(); ++i) x = run_item(run, items[i], x, graph_only && i + 1 == items.size());
+  return x;
+}
+
+at::Tensor run_observed(Chain& chain, std::shared_ptr<Chain> owner, const Plan& plan, const at::Tensor& input,
+                        const PlanItemObserver& observer) {
+  // By name and granularity, not only by count: a plan of another chain of the same length would
+  // otherwise run, checkpointing the wrong stages.
+  plan.validate_against(chain);
+  // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
+  auto run = std::make_shared<const PlanRun>(PlanRun{&chain, std::move(owner), chain.lifetime(), plan});
+  at::Tensor x = input;
+  for (size_t k = 0; k < run->plan.items.size(); ++k) {
+    if (observer.before) observer.before(k);
+    x = run_item(run, run->plan.items[k], x, /*graph_only=*/false);
+    if (observer.after) observer.after(k, x);
+  }
   return x;
 }
 
@@ -412,23 +442,18 @@ std::vector<int64_t> Plan::recompute_depths() const {
 }
 
 at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input) {
-  return run_plan_observed(chain, plan, input, {});
+  return run_observed(chain, nullptr, plan, input, {});
+}
+
+at::Tensor run_plan(std::shared_ptr<Chain> chain, const Plan& plan, const at::Tensor& input) {
+  REMAT_CHECK(chain != nullptr, "run_plan: the chain is null; give it the chain the plan was made for.");
+  Chain& held = *chain;
+  return run_observed(held, std::move(chain), plan, input, {});
 }
 
 at::Tensor run_plan_observed(Chain& chain, const Plan& plan, const at::Tensor& input,
                              const PlanItemObserver& observer) {
-  // By name and granularity, not only by count: a plan of another chain of the same length would
-  // otherwise run, checkpointing the wrong stages.
-  plan.validate_against(chain);
-  // Segments' recomputes run during backward, after this returns: they hold the plan themselves.
-  auto shared = std::make_shared<const Plan>(plan);
-  at::Tensor x = input;
-  for (size_t k = 0; k < shared->items.size(); ++k) {
-    if (observer.before) observer.before(k);
-    x = run_item(chain, shared, shared->items[k], x, /*graph_only=*/false);
-    if (observer.after) observer.after(k, x);
-  }
-  return x;
+  return run_observed(chain, nullptr, plan, input, observer);
 }
 
 }  // namespace remat

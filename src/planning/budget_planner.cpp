@@ -72,6 +72,24 @@ PlanResult plan_verified(const CostTable& costs, const Budget& budget, const Pla
   return result;
 }
 
+PlanResult plan_verified(Chain& chain, const CostTable& costs, const at::Tensor& sample_input, const Budget& budget,
+                         const PlannerOptions& options, int max_replans, int64_t unchecked_peak_bytes) {
+  REMAT_CHECK(unchecked_peak_bytes == -1 || unchecked_peak_bytes > 0,
+              "plan_verified: unchecked_peak_bytes must be a measured peak (positive), or -1 to measure it; got ",
+              unchecked_peak_bytes, ".");
+  const MeasurePeak measure_peak = [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); };
+  // A share ("50%") is of the peak a user measures, not of the simulator's. The plan is chosen at
+  // the same share of the predicted peak, then verified in measured bytes.
+  if (budget.is_relative() && unchecked_peak_bytes < 0) {
+    unchecked_peak_bytes = measure_peak(costs.plain_plan(options.mode()));
+  }
+  const int64_t measured_budget_bytes =
+      budget.is_relative() ? std::max<int64_t>(budget.to_bytes(unchecked_peak_bytes), 1) : -1;
+  PlanResult result = plan_verified(costs, budget, options, measure_peak, max_replans, measured_budget_bytes);
+  result.measured_unchecked_peak_bytes = budget.is_relative() ? unchecked_peak_bytes : -1;
+  return result;
+}
+
 int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& sample_input) {
   plan.validate_against(chain);
   const c10::Device device = sample_input.device();
@@ -276,20 +294,9 @@ PlanResult plan_for_budget(Chain& chain, const at::Tensor& sample_input, const B
                            const BudgetPlanOptions& options) {
   const CostTable costs =
       profile_chain(chain, sample_input, ProfileOptions(options.profile()).mode(options.planner().mode()));
-  // A share ("50%") is of the peak a user measures, not of the simulator's: one unchecked step.
-  // The plan is chosen at the same share of the predicted peak, then verified in measured bytes.
-  int64_t measured_unchecked = -1;
-  if (budget.is_relative() && options.max_replans() >= 0) {
-    measured_unchecked = measure_plan_peak(chain, costs.plain_plan(options.planner().mode()), sample_input);
-  }
-  PlanResult result =
-      options.max_replans() < 0
-          ? plan_optimal(costs, budget, options.planner())
-          : plan_verified(
-                costs, budget, options.planner(),
-                [&](const Plan& plan) { return measure_plan_peak(chain, plan, sample_input); }, options.max_replans(),
-                measured_unchecked > 0 ? std::max<int64_t>(budget.to_bytes(measured_unchecked), 1) : -1);
-  result.measured_unchecked_peak_bytes = measured_unchecked;
+  PlanResult result = options.max_replans() < 0
+                          ? plan_optimal(costs, budget, options.planner())
+                          : plan_verified(chain, costs, sample_input, budget, options.planner(), options.max_replans());
   result.ensure_feasible();
   return choose_by_measurement(chain, costs, std::move(result), sample_input, options.choice(),
                                options.profile().threads());

@@ -108,7 +108,7 @@ at::Tensor PlannedImpl::forward(const at::Tensor& input) {
                 "PlannedOptions::replan_on_new_shape.");
     calibrate_outside(input);
   }
-  return run_plan(*chain_, result_->plan, input);
+  return run_plan(chain_, result_->plan, input);  // held until backward: this module may be gone by then
 }
 
 void PlannedImpl::train(bool on) {

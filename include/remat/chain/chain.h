@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ struct StageInfo {
 class Chain {
  public:
   virtual ~Chain() = default;
+  /// Expires when this chain object is destroyed (a copy has its own): a checkpointed segment's
+  /// recompute, which runs in backward, checks it before calling the chain (run_plan).
+  std::weak_ptr<const void> lifetime() const { return alive_; }
   /// The stages, in order.
   virtual const std::vector<StageInfo>& stages() const = 0;
   /// How the chain cuts its model into stages, in the chain's own words; plans record it.
@@ -75,6 +79,14 @@ class Chain {
   at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only = false);
   /// Number of blocks (the largest block index + 1).
   int64_t num_blocks() const;
+
+ protected:
+  Chain() = default;
+  Chain(const Chain& /*other*/) {}  // a new object, a new lifetime
+  Chain& operator=(const Chain& /*other*/) { return *this; }
+
+ private:
+  std::shared_ptr<const char> alive_ = std::make_shared<const char>('\0');
 };
 
 }  // namespace remat

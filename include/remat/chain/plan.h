@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,8 +91,11 @@ struct Plan {
 
 /// Runs `chain` under `plan` on `input` (the model's input); returns the last stage's output.
 /// Checkpointed segments restore their stages' buffers (Chain::stage_buffers) after each
-/// recompute, so running statistics update once per step under every plan.
+/// recompute, so running statistics update once per step under every plan. Their recomputes run
+/// in backward and call `chain`: it must outlive the backward (a recompute that finds it destroyed
+/// throws, naming the segment); the shared_ptr form holds it until then itself.
 at::Tensor run_plan(Chain& chain, const Plan& plan, const at::Tensor& input);
+at::Tensor run_plan(std::shared_ptr<Chain> chain, const Plan& plan, const at::Tensor& input);
 
 /// What run_plan_observed calls around each top-level item of a plan (item k of Plan::items).
 struct PlanItemObserver {

@@ -101,6 +101,15 @@ PlanResult plan_verified(const CostTable& costs, const Budget& budget, const Pla
                          const MeasurePeak& measure_peak, int max_replans = kDefaultMaxReplans,
                          int64_t measured_budget_bytes = -1);
 
+/// plan_verified on `chain` itself, as plan_for_budget verifies once it has profiled: each plan
+/// measured by measure_plan_peak on `sample_input`, and a share ("50%") taken of the unchecked
+/// step's measured peak: `unchecked_peak_bytes` where the caller has measured it (to plan several
+/// budgets on one measurement), else one unchecked step is run. The result records it
+/// (measured_unchecked_peak_bytes; -1 for an absolute budget, which needs none).
+PlanResult plan_verified(Chain& chain, const CostTable& costs, const at::Tensor& sample_input, const Budget& budget,
+                         const PlannerOptions& options = {}, int max_replans = kDefaultMaxReplans,
+                         int64_t unchecked_peak_bytes = -1);
+
 /// The activation peak of one training step of `plan` on `sample_input` (after a warm-up step),
 /// the model left as it was (gradients, buffers, RNG). A chain without a loss is back-propagated
 /// from a gradient of ones the size of its output, as a loss's gradient would be.
