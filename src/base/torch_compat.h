@@ -4,8 +4,10 @@
 // heavy: the caller has the LibTorch header the code needs.
 #pragma once
 
+#include <c10/util/intrusive_ptr.h>
 #include <torch/version.h>
 
+#include <memory>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -14,6 +16,27 @@
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
 namespace remat::detail {
+
+// How autograd holds its graph's nodes: std::shared_ptr<Node> up to 2.1x, c10::intrusive_ptr<Node>
+// since (Edge::function, grad_fn(), the gradient accumulators). Code that keeps or makes a node
+// names this type, not either pointer.
+template <typename Edge>
+using NodePointer = decltype(std::declval<Edge&>().function);
+
+template <typename T>
+struct IsSharedPtr : std::false_type {};
+template <typename T>
+struct IsSharedPtr<std::shared_ptr<T>> : std::true_type {};
+
+// A new node of type `NodeT`, held as autograd holds nodes.
+template <typename NodeT, typename Edge>
+NodePointer<Edge> make_node() {
+  if constexpr (IsSharedPtr<NodePointer<Edge>>::value) {
+    return std::make_shared<NodeT>();
+  } else {
+    return c10::make_intrusive<NodeT>();
+  }
+}
 
 // Runs `run()` with the tensor pre-hooks (and retains_grad hooks) of the autograd nodes `nodes`
 // set aside, then puts them back, ahead of any a hook added meanwhile.

@@ -60,12 +60,12 @@ variable_list grad_releasing_roots(variable_list&& roots, const variable_list& w
   for (const auto& root : roots) root_edges.push_back(torch::autograd::impl::gradient_edge(root));
   roots.clear();
   for (const auto& input : wrt) {
-    std::shared_ptr<torch::autograd::Node> grad_fn = input.grad_fn();
+    auto grad_fn = input.grad_fn();
     if (!grad_fn) grad_fn = torch::autograd::impl::try_get_grad_accumulator(input);
     if (grad_fn) {
       wrt_edges.emplace_back(std::move(grad_fn), input.output_nr());
     } else {  // not reached by the recompute: an undefined gradient, as grad(allow_unused=true) gives
-      wrt_edges.emplace_back(std::make_shared<torch::autograd::Identity>(), 0);
+      wrt_edges.emplace_back(detail::make_node<torch::autograd::Identity, torch::autograd::Edge>(), 0);
     }
   }
   // The gradients reach their hooks once, when the outer backward delivers them along the

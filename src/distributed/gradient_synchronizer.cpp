@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "base/torch_compat.h"
 #include "remat/base/error.h"
 
 namespace remat::distributed {
@@ -35,7 +36,7 @@ struct GradientSynchronizer::Impl : std::enable_shared_from_this<GradientSynchro
   std::shared_ptr<ProcessGroup> group;
   std::vector<at::Tensor> parameters;
   SynchronizerOptions options;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;  // kept alive: they hold the hooks
+  std::vector<detail::NodePointer<torch::autograd::Edge>> accumulators;  // kept alive: they hold the hooks
   std::vector<uintptr_t> hook_keys;
   std::vector<size_t> bucket_of;
   std::vector<Bucket> buckets;

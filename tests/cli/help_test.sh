@@ -12,9 +12,12 @@ command, path = sys.argv[1], sys.argv[2]
 lines = open(path).read().splitlines()
 bad, options, groups = [], 0, 0
 for i, line in enumerate(lines):
-    if line and not line.startswith(" ") and line.endswith(":") and line != "Options:":
+    if line and not line.startswith(" ") and line.endswith(":") and line.lower() != "options:":
         groups += 1
-    if not line.startswith("  -"):
+    # CLI11 2.4 prints "  -h,--help", 2.6 "  -h,     --help" and "          --json": a signature
+    # starts before the description column.
+    signature = line.lstrip(" ")
+    if not signature.startswith("-") or len(line) - len(signature) >= 30:
         continue
     options += 1
     same = len(line) > 30 and line[29] == " " and line[30] != " "

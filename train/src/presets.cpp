@@ -97,7 +97,8 @@ PresetsFile read_presets_file() {
                 " has an unknown top-level field '", item.key(), "'.");
   }
   PresetsFile file;
-  const json& presets = member(j, "the file", "presets");
+  const std::string whole_file = "the file";  // an lvalue: member() returns a reference into `j`, not into it
+  const json& presets = member(j, whole_file, "presets");
   REMAT_CHECK(presets.is_array() && !presets.empty(), kSource, ": presets must be a non-empty array.");
   for (size_t i = 0; i < presets.size(); ++i) {
     Preset p = read_preset(presets[i], "presets[" + std::to_string(i) + "]");
@@ -106,7 +107,7 @@ PresetsFile read_presets_file() {
     }
     file.presets.push_back(std::move(p));
   }
-  const json& policies = member(j, "the file", "side_by_side_policies");
+  const json& policies = member(j, whole_file, "side_by_side_policies");
   REMAT_CHECK(policies.is_array(), kSource, ": side_by_side_policies must be an array.");
   for (size_t i = 0; i < policies.size(); ++i) {
     REMAT_CHECK(policies[i].is_string(), kSource, ": side_by_side_policies[", i, "] must be a string, not ",
