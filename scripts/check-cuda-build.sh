@@ -5,7 +5,7 @@
 # runs it. Nothing is run. Needs root (chroot, mounts); arguments are passed to cmake --build.
 #
 # Its own trixie chroot, $REMAT_DEBIAN13_CUDA_ROOT (default /var/cache/remat/debian13-cuda): a copy of
-# scripts/test-debian13.sh's chroot where that exists, else one that script makes; the build goes to
+# scripts/test-chroot.sh's trixie chroot where that exists, else one that script makes; the build goes to
 # build-debian13-cuda/. CUDA's libraries come from non-free, which the copy's sources gain. What it
 # installs downloads 2.4 GB and takes 6 GB installed (most of it nvidia-cuda-dev and LibTorch).
 #
@@ -78,17 +78,17 @@ if [ ! -e "$root/.remat-debootstrap-complete" ] && [ -e "$base/.remat-debootstra
   mkdir -p "$root.partial"
   for entry in "$base"/* "$base"/.[!.]*; do
     [ -e "$entry" ] || continue
-    # test-debian13.sh binds /proc, /sys, /dev and the checkout there while it runs: not copied.
+    # test-chroot.sh binds /proc, /sys, /dev and the checkout there while it runs: not copied.
     if mountpoint -q "$entry"; then mkdir -p "$root.partial/$(basename "$entry")"; else cp -a "$entry" "$root.partial/"; fi
   done
   rm -rf "$root"
   mv "$root.partial" "$root"
 fi
-# test-debian13.sh makes the chroot where none exists, mounts, and runs the command inside.
+# test-chroot.sh makes the chroot where none exists, mounts, and runs the command inside.
 arguments=""
 [ $# -eq 0 ] || arguments=$(printf '%q ' "$@")
 status=0
-REMAT_DEBIAN13_ROOT=$root REMAT_DEBIAN13_COMMAND="scripts/check-cuda-build.sh --in-chroot $build_dir $arguments" \
-  scripts/test-debian13.sh || status=$?
+REMAT_CHROOT_ROOT=$root REMAT_CHROOT_COMMAND="scripts/check-cuda-build.sh --in-chroot $build_dir $arguments" \
+  scripts/test-chroot.sh trixie || status=$?
 echo "check-cuda-build: $((SECONDS - start)) s in all (exit $status)" >&2
 exit "$status"

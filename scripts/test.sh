@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Set-up, build, then the whole test suite: on this machine (Debian 12, LibTorch 1.13), then the
-# same suite against LibTorch 2.6 in a Debian 13 chroot (scripts/test-debian13.sh); each leg's
-# time is printed. REMAT_TEST_LEGS=host runs the first leg only.
+# Set-up, build, then the whole test suite, one leg per LibTorch line, each leg's time printed:
+#   host    Debian 12, LibTorch 1.13, g++ 12 (this machine)
+#   forky   Debian forky, LibTorch 2.14, g++ 16, C++20 (scripts/test-chroot.sh forky)
+#   trixie  Debian 13, LibTorch 2.6, g++ 14 (scripts/test-chroot.sh trixie)
+# REMAT_TEST_LEGS picks them, comma-separated: host,forky by default (the oldest and the newest line:
+# the three together take longer than CI's 90 minutes comfortably allow); all = host,forky,trixie.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+legs=${REMAT_TEST_LEGS:-host,forky}
+[ "$legs" = all ] && legs=host,forky,trixie
 leg() {  # leg NAME COMMAND...
   local name=$1 start=$SECONDS
   shift
@@ -15,5 +20,11 @@ host_leg() {
   scripts/build.sh
   ctest --test-dir build --output-on-failure -j "$(nproc)"
 }
-leg "Debian 12, LibTorch 1.13" host_leg
-[ "${REMAT_TEST_LEGS:-all}" = host ] || leg "Debian 13, LibTorch 2.6 (scripts/test-debian13.sh)" scripts/test-debian13.sh
+for name in ${legs//,/ }; do
+  case "$name" in
+    host) leg "Debian 12, LibTorch 1.13" host_leg ;;
+    forky) leg "Debian forky, LibTorch 2.14 (scripts/test-chroot.sh forky)" scripts/test-chroot.sh forky ;;
+    trixie) leg "Debian 13, LibTorch 2.6 (scripts/test-chroot.sh trixie)" scripts/test-chroot.sh trixie ;;
+    *) echo "test: REMAT_TEST_LEGS names host, forky, trixie or all, comma-separated; got '$name'" >&2; exit 2 ;;
+  esac
+done

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <thread>
@@ -50,6 +51,11 @@ int exit_status(int status) {
 }
 
 }  // namespace
+
+bool launched_by_environment() {
+  const char* world = std::getenv("WORLD_SIZE");
+  return world != nullptr && *world != '\0';
+}
 
 int launch_local(int nproc, const std::vector<std::string>& argv, std::chrono::milliseconds grace) {
   REMAT_CHECK(nproc >= 1, "distributed: launch_local needs at least 1 process, got ", nproc, ".");

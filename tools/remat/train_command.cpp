@@ -85,6 +85,7 @@ void apply_train_flags(TrainFlags& flags) {
 // Returns true when this process was the launcher rather than a rank: then the run is over.
 bool launch_local_ranks(const TrainFlags& flags) {
   if (flags.nproc <= 1) return false;
+  distributed::check_available();
   if (distributed::launched_by_environment()) {
     // A rank this command launched sees its own --nproc as WORLD_SIZE; anything else means the
     // environment (torchrun, a stale export) already made this process one rank of another group.

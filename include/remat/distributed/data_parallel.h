@@ -48,6 +48,13 @@ struct JoinOptions {
   TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
+/// True when this remat was built with c10d's Gloo group (LibTorch built with it, gloo's headers
+/// found, REMAT_DISTRIBUTED not OFF). Otherwise ProcessGroup::join throws, naming what was missing;
+/// launch_local and the rest of remat work the same.
+bool available();
+/// Throws the error join() would when !available(): for a launcher, before it starts any rank.
+void check_available();
+
 /// True when WORLD_SIZE is set in the environment: this process is one rank of a launched job.
 bool launched_by_environment();
 
