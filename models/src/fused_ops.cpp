@@ -1,9 +1,9 @@
 #include "remat/models/fused_ops.h"
 
 #include <ATen/ATen.h>
-#include <ATen/autocast_mode.h>
-#include <torch/version.h>
 #include <torch/csrc/autograd/custom_function.h>
+
+#include "base/torch_compat.h"
 
 #include "remat/ops/dropout.h"
 
@@ -103,12 +103,8 @@ struct ResidualLinearGraphOnly : torch::autograd::Function<ResidualLinearGraphOn
 };
 
 bool autocast_enabled() {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
-  return at::autocast::is_autocast_enabled(c10::DeviceType::CPU) ||
-         at::autocast::is_autocast_enabled(c10::DeviceType::CUDA);
-#else
-  return at::autocast::is_cpu_enabled() || at::autocast::is_enabled();
-#endif
+  return remat::detail::autocast_enabled(c10::DeviceType::CPU) ||
+         remat::detail::autocast_enabled(c10::DeviceType::CUDA);
 }
 
 }  // namespace

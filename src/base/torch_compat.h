@@ -1,12 +1,18 @@
-// Internal: what differs between the LibTorch lines remat supports (1.13 and 2.x, 2.6 tested).
-// Compile-time version tests, and the behaviour changes that need more than a renamed call, each
-// with what changed and why remat answers it this way. Templates, so this header includes nothing
-// heavy: the caller has the LibTorch header the code needs.
+// Internal: what differs between the LibTorch lines remat supports (1.13, 2.6 and 2.14 tested).
+// Compile-time version tests, renamed or retyped calls, and the behaviour changes that need more
+// than a renamed call, each with what changed and why remat answers it this way. The library's
+// code outside this header and torch_compat.cpp tests no version. Templates and declarations, so
+// this header includes nothing heavy: the caller has the LibTorch header the code needs.
 #pragma once
 
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceType.h>
+#include <c10/core/ScalarType.h>
 #include <c10/util/intrusive_ptr.h>
 #include <torch/version.h>
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <type_traits>
 #include <utility>
@@ -15,7 +21,41 @@
 #define REMAT_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+namespace at {
+class Tensor;
+}
+
 namespace remat::detail {
+
+// Autocast's state of one device (CPU or CUDA): 2.4 made the per-device calls (is_cpu_enabled,
+// get_autocast_gpu_dtype, ...) one call taking the device.
+bool autocast_enabled(c10::DeviceType device);
+c10::ScalarType autocast_dtype(c10::DeviceType device);
+void set_autocast(c10::DeviceType device, bool enabled, c10::ScalarType dtype);
+
+// LibTorch's fused scaled-dot-product attention, from 2.1: whether it exists here, the backend it
+// would choose (sdp::SDPBackend: -1 none, 0 math, which materialises the probabilities, above 0 a
+// fused kernel; always -1 before 2.1) and the call (throws before 2.1).
+constexpr bool kHasFusedAttention = REMAT_TORCH_AT_LEAST(2, 1);
+int64_t fused_attention_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout,
+                                bool causal, double scale);
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout, bool causal,
+                           double scale);
+
+// A c10::Allocator written once: 2.3 took the const off allocate() and added the pure virtual
+// copy_data(). A subclass defines allocate_bytes().
+class AllocatorAcrossVersions : public c10::Allocator {
+ public:
+#if REMAT_TORCH_AT_LEAST(2, 3)
+  c10::DataPtr allocate(size_t bytes) override { return allocate_bytes(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
+#else
+  c10::DataPtr allocate(size_t bytes) const override { return allocate_bytes(bytes); }
+#endif
+
+ protected:
+  virtual c10::DataPtr allocate_bytes(size_t bytes) const = 0;
+};
 
 // How autograd holds its graph's nodes: std::shared_ptr<Node> up to 2.1x, c10::intrusive_ptr<Node>
 // since (Edge::function, grad_fn(), the gradient accumulators). Code that keeps or makes a node

@@ -3,7 +3,6 @@
 #include <mutex>
 
 #include <ATen/Context.h>
-#include <ATen/autocast_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/Generator.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -84,32 +83,16 @@ ForkedRngScope::~ForkedRngScope() { saved_.restore(); }
 
 AutocastSnapshot AutocastSnapshot::capture() {
   AutocastSnapshot s;
-#if REMAT_TORCH_AT_LEAST(2, 4)
-  s.cpu_enabled = at::autocast::is_autocast_enabled(c10::DeviceType::CPU);
-  s.cpu_dtype = at::autocast::get_autocast_dtype(c10::DeviceType::CPU);
-  s.cuda_enabled = at::autocast::is_autocast_enabled(c10::DeviceType::CUDA);
-  s.cuda_dtype = at::autocast::get_autocast_dtype(c10::DeviceType::CUDA);
-#else
-  s.cpu_enabled = at::autocast::is_cpu_enabled();
-  s.cpu_dtype = at::autocast::get_autocast_cpu_dtype();
-  s.cuda_enabled = at::autocast::is_enabled();
-  s.cuda_dtype = at::autocast::get_autocast_gpu_dtype();
-#endif
+  s.cpu_enabled = detail::autocast_enabled(c10::DeviceType::CPU);
+  s.cpu_dtype = detail::autocast_dtype(c10::DeviceType::CPU);
+  s.cuda_enabled = detail::autocast_enabled(c10::DeviceType::CUDA);
+  s.cuda_dtype = detail::autocast_dtype(c10::DeviceType::CUDA);
   return s;
 }
 
 void AutocastSnapshot::apply() const {
-#if REMAT_TORCH_AT_LEAST(2, 4)
-  at::autocast::set_autocast_enabled(c10::DeviceType::CPU, cpu_enabled);
-  at::autocast::set_autocast_dtype(c10::DeviceType::CPU, cpu_dtype);
-  at::autocast::set_autocast_enabled(c10::DeviceType::CUDA, cuda_enabled);
-  at::autocast::set_autocast_dtype(c10::DeviceType::CUDA, cuda_dtype);
-#else
-  at::autocast::set_cpu_enabled(cpu_enabled);
-  at::autocast::set_autocast_cpu_dtype(cpu_dtype);
-  at::autocast::set_enabled(cuda_enabled);
-  at::autocast::set_autocast_gpu_dtype(cuda_dtype);
-#endif
+  detail::set_autocast(c10::DeviceType::CPU, cpu_enabled, cpu_dtype);
+  detail::set_autocast(c10::DeviceType::CUDA, cuda_enabled, cuda_dtype);
 }
 
 AutocastScope::AutocastScope(const AutocastSnapshot& state) : saved_(AutocastSnapshot::capture()) { state.apply(); }

@@ -32,14 +32,9 @@ using detail::timeline_recorder;
 
 // Counts bytes per live allocation. Sizes live in a side table keyed by pointer rather than in a
 // DataPtr context because LibTorch's raw_allocate requires the context to be the data pointer.
-class TrackingCpuAllocator final : public c10::Allocator {
+class TrackingCpuAllocator final : public detail::AllocatorAcrossVersions {
  public:
-#if REMAT_TORCH_AT_LEAST(2, 3)
-  c10::DataPtr allocate(size_t bytes) override { return allocate_tracked(bytes); }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
-#else
-  c10::DataPtr allocate(size_t bytes) const override { return allocate_tracked(bytes); }
-#endif
+  c10::DataPtr allocate_bytes(size_t bytes) const override { return allocate_tracked(bytes); }
   c10::DeleterFnPtr raw_deleter() const override { return &free_tracked; }
 
   static TrackingCpuAllocator& instance() {

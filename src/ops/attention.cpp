@@ -22,11 +22,6 @@
 #include "remat/base/error.h"
 #include "remat/ops/dropout.h"
 
-#if REMAT_TORCH_AT_LEAST(2, 1)
-#include <ATen/ops/_fused_sdp_choice.h>
-#include <ATen/ops/scaled_dot_product_attention.h>
-#endif
-
 namespace remat::ops {
 namespace {
 
@@ -208,22 +203,16 @@ double effective_scale(const at::Tensor& q, const AttentionOptions& options) {
 
 AttentionKernel attention_kernel(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const AttentionOptions& options) {
-#if REMAT_TORCH_AT_LEAST(2, 1)
   if (options.kernel() == AttentionKernel::automatic) {
-    // sdp::SDPBackend: -1 none, 0 math (materialises the probabilities), above 0 a fused kernel.
-    const int64_t backend = at::_fused_sdp_choice(q, k, v, c10::nullopt, effective_dropout(options), options.causal(),
-                                                  effective_scale(q, options));
+    const int64_t backend = remat::detail::fused_attention_backend(q, k, v, effective_dropout(options),
+                                                                   options.causal(), effective_scale(q, options));
     return backend > 0 ? AttentionKernel::sdpa : AttentionKernel::blocked;
   }
-  return options.kernel();
-#else
-  (void)q, (void)k, (void)v;
-  REMAT_CHECK(options.kernel() != AttentionKernel::sdpa,
+  REMAT_CHECK(options.kernel() != AttentionKernel::sdpa || remat::detail::kHasFusedAttention,
               "remat::ops::attention: the sdpa kernel needs LibTorch 2.1 or "
               "later (scaled_dot_product_attention); this is ",
               TORCH_VERSION, ". Use AttentionKernel::automatic.");
-  return AttentionKernel::blocked;
-#endif
+  return options.kernel();
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionOptions& options) {
@@ -248,16 +237,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   detail::keep_threshold(options.dropout());  // checks the probability
   const double p = effective_dropout(options);
   const double scale = effective_scale(q, options);
-#if REMAT_TORCH_AT_LEAST(2, 1)
   // Where LibTorch has a fused kernel it keeps what this operation keeps (or less: measured in
   // bench/attention_bench.cpp, on CPU at B 8, H 8, T 256, D 32: 12.2 against 16.4 MiB at the
   // same time), and on CUDA its fused kernels take dropout too.
   if (attention_kernel(q, k, v, options) == AttentionKernel::sdpa) {
-    return at::scaled_dot_product_attention(q, k, v, c10::nullopt, p, options.causal(), scale);
+    return remat::detail::fused_attention(q, k, v, p, options.causal(), scale);
   }
-#else
-  attention_kernel(q, k, v, options);  // refuses sdpa
-#endif
   const int64_t rows = attention_block_rows(q.size(0) * q.size(1), q.size(2), k.size(2), options);
   return MemoryEfficientAttention::apply(q, k, v, options.causal(), p, scale, rows)[0];
 }
