@@ -85,7 +85,6 @@ void apply_train_flags(TrainFlags& flags) {
 // Returns true when this process was the launcher rather than a rank: then the run is over.
 bool launch_local_ranks(const TrainFlags& flags) {
   if (flags.nproc <= 1) return false;
-  distributed::check_available();
   if (distributed::launched_by_environment()) {
     // A rank this command launched sees its own --nproc as WORLD_SIZE; anything else means the
     // environment (torchrun, a stale export) already made this process one rank of another group.
@@ -98,6 +97,7 @@ bool launch_local_ranks(const TrainFlags& flags) {
     return false;
   }
   // This process launches the ranks (each this same command line) and waits for them.
+  distributed::check_available();
   std::vector<std::string> argv = {"/proc/self/exe"};
   for (const auto& a : invocation_arguments()) argv.push_back(a);
   const int status = distributed::launch_local(flags.nproc, argv, std::chrono::seconds(flags.dist_timeout + 10));
