@@ -43,18 +43,19 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
                            double scale);
 
 // A c10::Allocator written once: 2.3 took the const off allocate() and added the pure virtual
-// copy_data(). A subclass defines allocate_bytes().
+// copy_data(). `Derived` defines allocate_bytes(), reached without a second virtual call: every
+// tensor allocation passes here.
+template <typename Derived>
 class AllocatorAcrossVersions : public c10::Allocator {
  public:
 #if REMAT_TORCH_AT_LEAST(2, 3)
-  c10::DataPtr allocate(size_t bytes) override { return allocate_bytes(bytes); }
+  c10::DataPtr allocate(size_t bytes) override { return static_cast<const Derived*>(this)->allocate_bytes(bytes); }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 #else
-  c10::DataPtr allocate(size_t bytes) const override { return allocate_bytes(bytes); }
+  c10::DataPtr allocate(size_t bytes) const override {
+    return static_cast<const Derived*>(this)->allocate_bytes(bytes);
+  }
 #endif
-
- protected:
-  virtual c10::DataPtr allocate_bytes(size_t bytes) const = 0;
 };
 
 // How autograd holds its graph's nodes: std::shared_ptr<Node> up to 2.1x, c10::intrusive_ptr<Node>

@@ -32,9 +32,9 @@ using detail::timeline_recorder;
 
 // Counts bytes per live allocation. Sizes live in a side table keyed by pointer rather than in a
 // DataPtr context because LibTorch's raw_allocate requires the context to be the data pointer.
-class TrackingCpuAllocator final : public detail::AllocatorAcrossVersions {
+class TrackingCpuAllocator final : public detail::AllocatorAcrossVersions<TrackingCpuAllocator> {
  public:
-  c10::DataPtr allocate_bytes(size_t bytes) const override { return allocate_tracked(bytes); }
+  c10::DataPtr allocate_bytes(size_t bytes) const { return allocate_tracked(bytes); }
   c10::DeleterFnPtr raw_deleter() const override { return &free_tracked; }
 
   static TrackingCpuAllocator& instance() {
