@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 POLICIES = ["block", "every:2", "every:4", "segments:2", "segments:4", "sqrt", "ffn", "attn", "ffn+attn",
-            "selective", "matmul-inputs", "block,skip-ends", "every:2,skip-ends", "ffn,skip-ends"]
+            "core-attn", "matmul-inputs", "block,skip-ends", "every:2,skip-ends", "ffn,skip-ends"]
 
 
 def main():

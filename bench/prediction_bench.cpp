@@ -15,7 +15,7 @@
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_policies.h"
 #include "remat/measure/plan_measurement.h"
-#include "remat/planning/profiler.h"
+#include "remat/measure/profiler.h"
 
 int main(int argc, char** argv) {
   const int attempts = argc > 1 ? std::stoi(argv[1]) : 3;
@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
                                  remat::models::GptGranularity::block);  // where the fused policy applies
   const at::Tensor tokens = torch::randint(0, 256, {4, 128}, torch::kLong);
   blocks.set_targets(torch::randint(0, 256, {4, 128}, torch::kLong));
-  const std::vector<remat::Plan> plans = {remat::Plan::plain(blocks), remat::models::gpt_policy_plan("fused", blocks)};
+  const std::vector<remat::Plan> plans = {remat::Plan::unchecked(blocks),
+                                          remat::models::gpt_policy_plan("fused", blocks)};
   std::printf("GPT %s, batch 4: the fused plan's step time over the plain one's\n", config.describe().c_str());
   std::printf("%-8s %-10s %-10s %s\n", "attempt", "predicted", "measured", "gap (points)");
   for (int attempt = 1; attempt <= attempts; ++attempt) {

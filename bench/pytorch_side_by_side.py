@@ -13,7 +13,7 @@ for the per-call overhead, build/bench/remat_checkpoint_bench; and the python3-t
 remat links (Debian 12: 1.13.1; Debian 13: 2.6, build with --build build-debian13).
 
 Defaults: on 1.13, the policies of train/presets.json's "side_by_side_policies" and nothing else; on
-2.x those plus selective, non-reentrant and sac, and, at dropout 0 only, fused, fused+matmul-inputs,
+2.x those plus core-attn, non-reentrant and sac, and, at dropout 0 only, fused, fused+matmul-inputs,
 sdpa, sdpa+block, sdpa+sac, compile and compile:0.3/0.5/0.7 and the budgets 30%/50%/70%. Exits 1 if
 a compared loss differs, 2 on a setup error. What runs, how it is measured and which losses are
 compared: docs/guide-cli.md, "Side by side with PyTorch". The code: bench/side_by_side/.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: set-up, build, then train a small GPT on the fortunes corpus with every block
 # checkpointed, and compare its activation memory and step time with the unchecked run.
-# Extra arguments go to `remat train` (see `build/tools/remat train --help`), e.g. --policy selective.
+# Extra arguments go to `remat train` (see `build/tools/remat train --help`), e.g. --policy core-attn.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The build's progress, compact: one line per finished target (a fresh machine takes minutes here);

@@ -17,7 +17,7 @@
 #include <torch/torch.h>
 
 #include "base/torch_compat.h"
-#include "remat/planning/budget_planner.h"
+#include "remat/autoplan/make_plan.h"
 #include "remat/checkpoint/checkpoint.h"
 #include "remat/memory/memory.h"
 #include "remat/memory/memory_timeline.h"
@@ -27,7 +27,7 @@
 #include "remat/ops/dropout.h"
 #include "remat/chain/plan.h"
 #include "remat/measure/plan_measurement.h"
-#include "remat/planning/profiler.h"
+#include "remat/measure/profiler.h"
 #include "remat/chain/sequential_chain.h"
 #include "remat/internal/statistics.h"
 #include "remat/train/presets.h"
@@ -546,9 +546,9 @@ TEST(CudaGpt, ReferenceWorkloadPeaksAndStepTimes_CUDA) {
   // planned for half the predicted unchecked peak, run, and compared with its own prediction.
   remat::models::GptChain halves(model, remat::models::GptGranularity::half);
   halves.set_targets(targets);
-  const remat::PlanResult planned = remat::plan_for_budget(halves, tokens, "50%");
+  const remat::PlanResult planned = remat::make_plan(remat::PlanRequest::of_budget("50%"), {halves, tokens});
   const std::vector<remat::PlanMeasurement> dp =
-      remat::measure_plans(halves, {remat::Plan::plain(halves), planned.plan}, tokens, 5);
+      remat::measure_plans(halves, {remat::Plan::unchecked(halves), planned.plan}, tokens, 5);
   const double measured_overhead = remat::paired_time_ratio(dp[1], dp[0]) - 1.0;
   std::printf(
       "  optimal 50%% (budget %s): %s\n    activation peak %10s (predicted %s)  overhead %+.1f%% (predicted %+.1f%%)\n",

@@ -125,7 +125,7 @@ int run_gpt(int ranks, const std::string& out, const std::string& how, int64_t b
   if (non_reentrant) what = what.substr(14);
   if (what.rfind("budget:", 0) == 0) {
     o.plan = remat::PlanRequest::of_budget(remat::Budget::parse(what.substr(7)));
-    o.plan.profile().repeats(1);
+    o.plan.options().profile().repeats(1);
   } else {
     o.plan = remat::PlanRequest::of_policy(what);
   }

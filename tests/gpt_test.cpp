@@ -1,14 +1,17 @@
-// The GPT and its chain: the chain computes the model's loss, stage options keep what they claim,
-// and the fused operations compute the unfused gradients.
+// remat/models/gpt.h: the GPT and its chain: the chain computes the model's loss, its configuration errors name
+// their fields, and stage options keep what they claim and compute what the plain ones do.
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/memory/memory.h"
-#include "remat/models/fused_ops.h"
 #include "remat/base/error.h"
-#include "remat/models/gpt.h"
 #include "remat/chain/plan.h"
 #include "remat/measure/plan_measurement.h"
+#include "remat/memory/memory.h"
+#include "remat/models/gpt.h"
 #include "remat/models/gpt_policies.h"
 #include "support/compare.h"
 #include "support/tiny_gpt.h"
@@ -53,7 +56,7 @@ TEST(Gpt, ChainUnderThePlainPlanComputesTheModelsLoss) {
     GptChain chain(model, granularity);
     chain.set_targets(targets);
     torch::manual_seed(1);
-    EXPECT_TRUE(remat::testing::bitwise_equal(direct, remat::run_plan(chain, remat::Plan::plain(chain), tokens)))
+    EXPECT_TRUE(remat::testing::bitwise_equal(direct, remat::run_plan(chain, remat::Plan::unchecked(chain), tokens)))
         << to_string(granularity);
   }
 }
@@ -63,18 +66,33 @@ TEST(Gpt, GranularityIsReadFromPlansWithOneClearError) {
   Gpt model(config());
   remat::models::GptChains chains(model);
   for (const GptGranularity granularity : {GptGranularity::block, GptGranularity::half}) {
-    const remat::Plan plan = remat::Plan::plain(GptChain(model, granularity));
+    const remat::Plan plan = remat::Plan::unchecked(GptChain(model, granularity));
     EXPECT_EQ(plan.granularity, to_string(granularity));
     EXPECT_EQ(gpt_granularity_of(plan), granularity);
     EXPECT_EQ(&chains.of(plan), granularity == GptGranularity::half ? &chains.half : &chains.block);
   }
-  remat::Plan other = remat::Plan::plain(chains.block);
+  remat::Plan other = remat::Plan::unchecked(chains.block);
   other.granularity = "modules";
   REMAT_EXPECT_ERROR(gpt_granularity_of(other), "granularity 'modules' is not one a GPT chain offers: 'block'");
   REMAT_EXPECT_ERROR(chains.of(other), "'half' (attention and MLP halves)");
   other.granularity = std::string(100, 'x');
   REMAT_EXPECT_ERROR(remat::models::parse_gpt_granularity(other.granularity, "big.json"),
                      "big.json: granularity '" + std::string(37, 'x') + "...' is not one");
+}
+
+// One name per stage option: the Megatron-style one is core-attn; its old name, which also named
+// per-operator checkpointing, is refused as an option and as a policy, naming the new one.
+TEST(Gpt, StageOptionsHaveOneNameAndTheOldOneIsRefused) {
+  using remat::models::Keep;
+  EXPECT_EQ(remat::models::parse_keep("core-attn"), Keep::core_attn);
+  EXPECT_STREQ(remat::models::to_string(Keep::core_attn), "core-attn");
+  for (const auto& option : remat::models::keep_options()) {
+    EXPECT_EQ(remat::models::parse_keep(option.name), option.keep) << option.name;
+  }
+  REMAT_EXPECT_ERROR(remat::models::parse_keep("selective"), "the stage option 'selective' is now called 'core-attn'");
+  REMAT_EXPECT_ERROR(remat::models::gpt_policy_granularity("selective"), "is now 'core-attn'");
+  REMAT_EXPECT_ERROR(remat::models::gpt_policy_plan("selective,skip-ends", 4), "is now 'core-attn'");
+  EXPECT_EQ(remat::models::gpt_policy_plan("core-attn", 2).to_string(), "embed block0:core-attn block1:core-attn head");
 }
 
 TEST(Gpt, ConfigErrorsAreClear) {
@@ -110,41 +128,6 @@ TEST(Gpt, ConfigErrorsNameTheirFieldsStructurally) {
     ADD_FAILURE() << "a message without fields is no FieldError";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what_without_backtrace()).find("remat: no field here"), std::string::npos);
-  }
-}
-
-TEST(FusedOps, ComputeTheUnfusedValuesAndGradients) {
-  torch::manual_seed(0);
-  torch::nn::LayerNorm ln(torch::nn::LayerNormOptions({8}));
-  torch::nn::Linear up(8, 32), down(32, 8);
-  {
-    torch::NoGradGuard no_grad;  // non-trivial affine parameters, so their gradients are tested
-    ln->weight.normal_();
-    ln->bias.normal_();
-  }
-  at::Tensor x = torch::randn({3, 5, 8}, torch::requires_grad());
-
-  auto grads = [&](bool fused) {
-    for (auto* m : std::initializer_list<torch::nn::Module*>{ln.get(), up.get(), down.get()}) m->zero_grad();
-    x.mutable_grad().reset();
-    at::Tensor y = fused ? remat::models::gelu_linear(
-                               remat::models::layer_norm_linear(x, ln->weight, ln->bias, 1e-5, up->weight, up->bias),
-                               down->weight, down->bias)
-                         : down(torch::gelu(up(ln(x))));
-    y.pow(2).sum().backward();
-    return std::vector<at::Tensor>{y.detach(),
-                                   x.grad().clone(),
-                                   ln->weight.grad().clone(),
-                                   ln->bias.grad().clone(),
-                                   up->weight.grad().clone(),
-                                   up->bias.grad().clone(),
-                                   down->weight.grad().clone(),
-                                   down->bias.grad().clone()};
-  };
-  const auto unfused = grads(false), fused = grads(true);
-  EXPECT_TRUE(remat::testing::bitwise_equal(unfused[0], fused[0])) << "the forward must be exactly the unfused one";
-  for (size_t i = 1; i < unfused.size(); ++i) {
-    EXPECT_TRUE(unfused[i].allclose(fused[i], 1e-5, 1e-6)) << "gradient " << i;
   }
 }
 
@@ -210,22 +193,6 @@ TEST(Gpt, GraphOnlyStagesGiveTheSameGradientsWithoutComputingTheirOutput) {
       }
     }
   }
-}
-
-TEST(Gpt, GraphOnlyComputesTheValueForStridedInputsAndDrawsNoMaskInEvaluation) {
-  torch::manual_seed(0);
-  const at::Tensor x = torch::randn({2, 4, 8}), h = torch::randn({2, 4, 32});
-  const at::Tensor w = torch::randn({8, 32}), b = torch::randn({8});
-  // Not a (B,T,K) contiguous input: the expression is computed, value included.
-  const at::Tensor strided = torch::randn({2, 32, 4}).transpose(1, 2);
-  EXPECT_TRUE(remat::testing::bitwise_equal(
-      remat::models::residual_linear_dropout_graph_only(x, strided, w, b, 0.1, false), x + at::linear(strided, w, b)));
-  // Evaluation mode: no mask, and still no value.
-  at::Tensor hg = h.clone().requires_grad_(true);
-  at::Tensor y = remat::models::residual_linear_dropout_graph_only(x, hg, w, b, 0.1, /*training=*/false);
-  EXPECT_EQ(y.sizes(), x.sizes());
-  y.backward(torch::ones_like(x));
-  EXPECT_TRUE(hg.grad().allclose(torch::ones({2, 4, 8}).matmul(w)));
 }
 
 TEST(Gpt, FusedAttentionHalfKeepsNoTermQuadraticInTheSequence) {

@@ -15,19 +15,33 @@ flag_words=$(grep -rnE '"[^"]*--[a-z]' "$root/src" "$root/include" "$root/models
 if [ -n "$flag_words" ]; then
   echo "command-line flags in library strings:"; echo "$flag_words"; status=1
 fi
-# The rooms (include/remat/<room>/ and src/<room>/, each a subsystem): which rooms each may
-# include, public headers and private ones alike. Written once, here; remat/remat.h includes all.
+# The rooms (include/remat/<room>/ and src/<room>/, each a subsystem), bottom to top: a room
+# includes only itself and rooms below it. Written once, here; remat/remat.h includes all.
+rooms=(base internal memory checkpoint ops distributed chain planning measure autoplan)
+# Which of the rooms below each one it uses, public headers and private ones alike.
 declare -A may_include=(
   [base]="base"
-  [internal]="base memory internal"
-  [memory]="base memory internal"
+  [internal]="base internal"
+  [memory]="base internal memory"
   [checkpoint]="base memory checkpoint"
   [ops]="base ops"
-  [chain]="base memory checkpoint chain"
-  [measure]="base memory internal checkpoint chain measure"
-  [planning]="base memory internal checkpoint chain measure planning"
   [distributed]="base distributed"
+  [chain]="base memory checkpoint chain"
+  [planning]="base memory internal checkpoint chain planning"
+  [measure]="base memory internal checkpoint chain planning measure"
+  [autoplan]="base memory internal checkpoint chain planning measure autoplan"
 )
+# The table itself goes only downwards: a room allowed to include one above it would let a cycle
+# in (memory and internal once included each other).
+declare -A level=()
+for i in "${!rooms[@]}"; do level[${rooms[$i]}]=$i; done
+for room in "${rooms[@]}"; do
+  for target in ${may_include[$room]}; do
+    if [ "${level[$target]:-999}" -gt "${level[$room]}" ]; then
+      echo "tests/layering_test.sh: room $room may include room $target, which is above it"; status=1
+    fi
+  done
+done
 # A room's private headers (src/<room>/*.h) are its own; other rooms use its public contract
 # (remat/<room>/*.h). The exceptions: base's (the LibTorch compatibility header, JSON fields,
 # tensor text: every room's footing), and the checkpoint mechanism's RNG and recompute state, on

@@ -13,7 +13,8 @@
 #include "remat/chain/plan.h"
 #include "remat/chain/sequential_chain.h"
 #include "remat/checkpoint/checkpoint.h"
-#include "remat/planning/budget_planner.h"
+#include "autoplan/verified_plan.h"
+#include "remat/autoplan/make_plan.h"
 #include "support/checks.h"
 
 namespace {
@@ -263,10 +264,11 @@ TEST(OwnModel, AShareOfTheBudgetIsOfTheMeasuredUncheckedPeak) {
   const at::Tensor x = torch::randn({256, 32});
   const at::Tensor labels = torch::randint(0, 4, {256}, torch::kLong);
   remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::cross_entropy(out, labels); });
-  const remat::PlanResult planned = remat::plan_for_budget(
-      chain, x, "90%",
-      remat::BudgetPlanOptions().choice(remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::never)));
-  const int64_t measured = remat::measure_plan_peak(chain, remat::Plan::plain(chain), x);
+  const remat::PlanResult planned = remat::make_plan(
+      remat::PlanRequest::of_budget("90%").options(
+          remat::PlanningOptions().choice(remat::MeasuredChoiceOptions().when(remat::ChooseByMeasurement::never))),
+      {chain, x});
+  const int64_t measured = remat::measure_plan_peak(chain, remat::Plan::unchecked(chain), x);
   EXPECT_EQ(planned.measured_unchecked_peak_bytes, measured);
   EXPECT_EQ(planned.budget_bytes, remat::Budget("90%").to_bytes(measured));
   EXPECT_LE(planned.measured_peak_bytes, planned.budget_bytes);
@@ -279,7 +281,7 @@ TEST(OwnModel, PlanVerifiedOnTheChainTakesAShareOfTheUncheckedPeakGivenOrMeasure
   const at::Tensor labels = torch::randint(0, 4, {256}, torch::kLong);
   remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::cross_entropy(out, labels); });
   const remat::CostTable costs = remat::profile_chain(chain, x, remat::ProfileOptions().repeats(1).max_repeats(1));
-  const int64_t unchecked = remat::measure_plan_peak(chain, remat::Plan::plain(chain), x);
+  const int64_t unchecked = remat::measure_plan_peak(chain, remat::Plan::unchecked(chain), x);
 
   const remat::PlanResult measured_here = remat::plan_verified(chain, costs, x, "90%");
   EXPECT_EQ(measured_here.measured_unchecked_peak_bytes, unchecked);

@@ -1,37 +1,26 @@
-// Plans: what each policy builds, the compact form, JSON round trips and validation errors.
-#include <chrono>
-#include <iostream>
+// remat/chain/plan.h: plans' compact form, JSON round trips and validation errors, and run_plan (checked against
+// its chain, observed, graph-only segment ends, the chain needed until backward).
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "remat/planning/cost_model.h"
-#include "remat/models/gpt.h"
-#include "remat/models/gpt_policies.h"
+#include "remat/chain/chain.h"
+#include "remat/chain/plan.h"
 #include "remat/chain/policies.h"
+#include "remat/chain/sequential_chain.h"
+#include "remat/planning/cost_model.h"
 #include "support/compare.h"
+#include "support/sequential_models.h"
 
+namespace nn = torch::nn;
 using remat::Plan;
-using remat::models::Gpt;
-using remat::models::GptChain;
-using remat::models::GptConfig;
-
-using remat::testing::error_of;
+using remat::testing::mlp;
 
 namespace {
-
-GptConfig tiny(int64_t layers) {
-  GptConfig c;
-  c.layers(layers).hidden(16).heads(2).sequence(8);
-  return c;
-}
-
-std::string compact(const std::string& policy, int64_t layers = 4) {
-  GptChain chain(Gpt(tiny(layers)), remat::models::gpt_policy_granularity(policy));
-  Plan plan = remat::models::gpt_policy_plan(policy, chain);
-  plan.validate_against(chain);
-  return plan.to_string();
-}
 
 // A chain of named stages that only says what it offers (plans are checked against it, never run).
 class ToyChain : public remat::Chain {
@@ -66,44 +55,6 @@ const char* kValidPlan = R"({"format": "remat-plan", "version": 1, "granularity"
   "plan": ["embed", {"checkpoint": ["block0", {"checkpoint": ["block1"]}]}, "head"]})";
 
 }  // namespace
-
-TEST(Policies, BuildTheDocumentedPlans) {
-  EXPECT_EQ(compact("none"), "embed block0 block1 block2 block3 head");
-  EXPECT_EQ(compact("block"), "embed [block0] [block1] [block2] [block3] head");
-  EXPECT_EQ(compact("every:3"), "embed [block0 block1 block2] [block3] head");
-  EXPECT_EQ(compact("segments:2"), "embed [block0 block1] block2 block3 head");
-  EXPECT_EQ(compact("segments:3", 7), "embed [block0 block1] [block2 block3] block4 block5 block6 head");
-  EXPECT_EQ(compact("sqrt"), "embed [block0 block1] [block2 block3] head");
-  EXPECT_EQ(compact("sqrt", 8), "embed [block0 block1 block2] [block3 block4 block5] [block6 block7] head");
-  EXPECT_EQ(compact("ffn", 2), "embed attn0 [mlp0] attn1 [mlp1] head");
-  EXPECT_EQ(compact("attn", 2), "embed [attn0] mlp0 [attn1] mlp1 head");
-  EXPECT_EQ(compact("ffn+attn", 2), "embed [attn0] [mlp0] [attn1] [mlp1] head");
-  EXPECT_EQ(compact("selective", 2), "embed block0:selective block1:selective head");
-  EXPECT_EQ(compact("matmul-inputs", 2), "embed block0:matmul-inputs block1:matmul-inputs head");
-  EXPECT_EQ(compact("block,skip-ends"), "embed block0 [block1] [block2] block3 head");
-  EXPECT_EQ(compact("every:2,skip-ends", 6), "embed block0 [block1 block2] [block3 block4] block5 head");
-  EXPECT_EQ(compact("ffn,skip-ends", 3), "embed attn0 mlp0 attn1 [mlp1] attn2 mlp2 head");
-  EXPECT_EQ(compact("block,skip-ends", 2), "embed block0 block1 head");
-}
-
-TEST(Policies, EveryPolicyIsDescribed) {
-  const auto list = remat::models::gpt_policy_descriptions();
-  EXPECT_GE(list.size(), 10u);
-  for (const auto& p : list) EXPECT_FALSE(p.tradeoff.empty()) << p.name;
-  EXPECT_EQ(list.back().name, "<policy>,skip-ends");
-  EXPECT_EQ(remat::policy_descriptions().size(), 7u) << "the core's policies are the generic ones";
-}
-
-TEST(Policies, RejectUnknownNamesAndBadNumbers) {
-  using remat::models::gpt_policy_granularity;
-  REMAT_EXPECT_ERROR(gpt_policy_granularity("blocks"), "unknown policy 'blocks'. Known policies: none, block");
-  REMAT_EXPECT_ERROR(gpt_policy_granularity("every"), "needs a number: every:K");
-  REMAT_EXPECT_ERROR(gpt_policy_granularity("every:0"), "K must be a whole number >= 1");
-  REMAT_EXPECT_ERROR(gpt_policy_granularity("every:2x"), "K must be a whole number >= 1");
-  REMAT_EXPECT_ERROR(gpt_policy_granularity("block:2"), "only every:K and segments:K take a number");
-  REMAT_EXPECT_ERROR(remat::check_policy("ffn"), "unknown policy 'ffn'. Known policies: none, block");
-  REMAT_EXPECT_ERROR(compact("segments:5"), "K must be at most the number of blocks");
-}
 
 TEST(Plan, JsonRoundTripKeepsNestingAndOptions) {
   Plan plan = Plan::from_json(kValidPlan, "nested.json");
@@ -207,72 +158,6 @@ TEST(Plan, AProgrammaticPlanNestedTooDeepIsRefusedByValidationAndSimulation) {
   REMAT_EXPECT_ERROR(plan.check_nesting("the plan"), "more than 256 levels deep");
 }
 
-TEST(Plan, AHundredThousandStagePlanSimulatesWithoutDeepRecursion) {
-  // Items are costed in a loop: a flat plan's length is not a recursion depth.
-  const int n = 100000;
-  Plan plan;
-  plan.granularity = "stages";
-  remat::CostTable costs;
-  for (int i = 0; i < n; ++i) {
-    plan.stage_names.push_back("s" + std::to_string(i));
-    plan.options.push_back("full");
-    plan.items.push_back(i % 2 ? remat::PlanItem::checkpointed({remat::PlanItem::run(i)}) : remat::PlanItem::run(i));
-    remat::StageCost stage;
-    stage.name = plan.stage_names.back();
-    stage.output_bytes = 1;
-    stage.nograd_seconds = 1e-3;
-    remat::StageOptionCost option;
-    option.option = "full";
-    option.kept_bytes = 1;
-    option.forward_seconds = 1e-3;
-    option.backward_seconds = 2e-3;
-    option.graph_only = static_cast<const remat::StageRunCost&>(option);
-    stage.options.push_back(option);
-    costs.stages.push_back(stage);
-  }
-  const remat::Prediction p = remat::simulate(plan, costs);
-  // Every stage's forward and backward once, the checkpointed half's forward once more.
-  EXPECT_NEAR(p.step_seconds, n * 3e-3 + (n / 2) * 1e-3, 1e-6 * n);
-  EXPECT_EQ(p.recomputed_stages, n / 2);
-  EXPECT_GT(p.peak_bytes, n / 2) << "the unchecked half's kept bytes are all held at the peak";
-}
-
-// One segment of 100,000 stages, reentrant: each recomputed stage holds the parameter gradients
-// of the stages after it until the segment's backward returns (summed once, not per stage: the
-// simulation is linear in the segment's length; it was quadratic, 15 s at this size).
-TEST(Plan, AHundredThousandStageSegmentSimulatesInLinearTime) {
-  const int n = 100000;
-  Plan plan;
-  plan.granularity = "stages";
-  remat::CostTable costs;
-  std::vector<remat::PlanItem> segment;
-  for (int i = 0; i < n; ++i) {
-    plan.stage_names.push_back("s" + std::to_string(i));
-    plan.options.push_back("full");
-    segment.push_back(remat::PlanItem::run(i));
-    remat::StageCost stage;
-    stage.name = plan.stage_names.back();
-    stage.parameter_bytes = 10;
-    remat::StageOptionCost option;
-    option.option = "full";
-    option.kept_bytes = 1;
-    option.forward_seconds = 1e-3;
-    option.backward_seconds = 2e-3;
-    stage.options.push_back(option);
-    costs.stages.push_back(stage);
-  }
-  plan.items.push_back(remat::PlanItem::checkpointed(std::move(segment)));
-  const auto started = std::chrono::steady_clock::now();
-  const remat::Prediction p = remat::simulate(plan, costs);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  std::cout << "one segment of " << n << " stages simulated in " << seconds << " s\n";
-  EXPECT_EQ(p.recomputed_stages, n);
-  // At the first stage's backward: the n-1 later stages' gradients (10 bytes each) captured, and
-  // the first stage's own kept byte.
-  EXPECT_GE(p.peak_bytes, int64_t{10} * (n - 1) + 1);
-  EXPECT_NEAR(p.step_seconds, n * 3e-3, 1e-6 * n);
-}
-
 TEST(Plan, AFileListingMoreStagesThanTheModelHasIsRefusedWhileRead) {
   const Plan plan = Plan::from_json(kValidPlan, "plan.json", 4);  // exactly as many: accepted
   EXPECT_EQ(plan.stage_names.size(), 4u);
@@ -343,7 +228,7 @@ std::string joined(const std::vector<std::string>& names) {
 // of another chain of the same length would otherwise checkpoint the wrong stages silently.
 TEST(Plan, RunPlanRefusesAPlanOfAnotherChainOfTheSameLength) {
   RecordingChain mine(3), other_names(3, "t"), other_granularity(3, "s", "half");
-  Plan plan = Plan::plain(mine);
+  Plan plan = Plan::unchecked(mine);
   plan.items = {remat::PlanItem::checkpointed({remat::PlanItem::run(0), remat::PlanItem::run(1)}),
                 remat::PlanItem::run(2)};
   const at::Tensor x = torch::randn({4}, torch::requires_grad());
@@ -360,7 +245,7 @@ TEST(Plan, AnObservedRunIsRunPlanWithEachTopLevelItemReported) {
   RecordingChain plain(4), observed(4);
   for (size_t i = 0; i < observed.weights.size(); ++i)
     observed.weights[i] = plain.weights[i].detach().clone().requires_grad_(true);
-  Plan plan = Plan::plain(plain);
+  Plan plan = Plan::unchecked(plain);
   plan.items = {remat::PlanItem::run(0),
                 remat::PlanItem::checkpointed({remat::PlanItem::run(1), remat::PlanItem::run(2)}),
                 remat::PlanItem::run(3)};
@@ -388,7 +273,7 @@ TEST(Plan, AnObservedRunIsRunPlanWithEachTopLevelItemReported) {
 TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
   torch::manual_seed(0);
   RecordingChain chain(7);
-  Plan plan = Plan::plain(chain);
+  Plan plan = Plan::unchecked(chain);
   using remat::PlanItem;
   // s0 [s1 s2] [s3 [s4 s5]] s6: the outer segment ends in a nested segment, whose value the
   // outer recompute needs... not at all, but only stages are run graph-only; s2 and s5 are.
@@ -412,7 +297,7 @@ TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
   // The same gradients as the plain plan's.
   x.mutable_grad().reset();
   for (auto& w : chain.weights) w.mutable_grad().reset();
-  remat::run_plan(chain, Plan::plain(chain), x).sum().backward();
+  remat::run_plan(chain, Plan::unchecked(chain), x).sum().backward();
   EXPECT_TRUE(remat::testing::bitwise_equal(checkpointed_grads[0], x.grad()));
   for (size_t i = 0; i < chain.weights.size(); ++i) {
     EXPECT_TRUE(remat::testing::bitwise_equal(checkpointed_grads[i + 1], chain.weights[i].grad())) << "w" << i;
@@ -430,13 +315,13 @@ TEST(Plan, RecomputesRunTheLastStageOfEachSegmentGraphOnly) {
 // One builder of the plan that checkpoints nothing: from a chain, from a cost table, from a plan.
 TEST(Plan, TheUncheckedPlanIsTheSameFromAChainATableOrAnotherPlan) {
   RecordingChain chain(4);
-  Plan checkpointed = Plan::plain(chain);
+  Plan checkpointed = Plan::unchecked(chain);
   checkpointed.items = {remat::PlanItem::checkpointed({remat::PlanItem::run(0), remat::PlanItem::run(1)}),
                         remat::PlanItem::run(2), remat::PlanItem::run(3)};
   checkpointed.mode = remat::CheckpointMode::non_reentrant;
   const Plan plain = checkpointed.without_checkpoints();
   EXPECT_EQ(plain.to_string(), "s0 s1 s2 s3 (non-reentrant)");
-  EXPECT_EQ(plain.stage_names, Plan::plain(chain).stage_names);
+  EXPECT_EQ(plain.stage_names, Plan::unchecked(chain).stage_names);
   remat::CostTable costs;
   costs.granularity = "block";
   for (const auto& name : plain.stage_names) {
@@ -446,7 +331,50 @@ TEST(Plan, TheUncheckedPlanIsTheSameFromAChainATableOrAnotherPlan) {
     stage.options.back().option = "full";
     costs.stages.push_back(stage);
   }
-  EXPECT_EQ(costs.plain_plan(remat::CheckpointMode::non_reentrant).to_json(), plain.to_json());
+  EXPECT_EQ(costs.unchecked_plan(remat::CheckpointMode::non_reentrant).to_json(), plain.to_json());
   REMAT_EXPECT_ERROR(Plan::unchecked("block", {"a", "b"}, {"full"}),
                      "one default option per stage: 2 stages, 1 options");
+}
+
+TEST(SequentialChain, RunPlanNeedsItsChainUntilBackwardAndSaysSoWhenItIsGone) {
+  nn::Sequential net = mlp(2);
+  const at::Tensor x = torch::randn({4, 32});
+  std::vector<std::pair<std::string, at::Tensor>> reference;
+  {
+    remat::SequentialChain chain(net);
+    torch::manual_seed(1);
+    remat::run_plan(chain, remat::policy_plan("block", chain), x).sum().backward();
+    reference = remat::testing::parameter_grads(*net);
+  }
+  // Made in a function that returns the loss, the chain is gone by backward.
+  net->zero_grad();
+  at::Tensor orphaned;
+  {
+    remat::SequentialChain chain(net);
+    orphaned = remat::run_plan(chain, remat::policy_plan("block", chain), x);
+  }
+  REMAT_EXPECT_ERROR(orphaned.sum().backward(),
+                     "run_plan: the chain was destroyed before backward recomputed its checkpointed segment");
+  // Given as a shared_ptr, it is held until then.
+  net->zero_grad();
+  at::Tensor held;
+  {
+    auto chain = std::make_shared<remat::SequentialChain>(net);
+    torch::manual_seed(1);
+    held = remat::run_plan(chain, remat::policy_plan("block", *chain), x);
+  }
+  held.sum().backward();
+  remat::testing::expect_same_grads(reference, remat::testing::parameter_grads(*net));
+  REMAT_EXPECT_ERROR(remat::run_plan(std::shared_ptr<remat::Chain>(), remat::Plan(), x), "run_plan: the chain is null");
+
+  // A copy is an object of its own, with a lifetime of its own.
+  remat::SequentialChain original(net);
+  std::weak_ptr<const void> of_copy;
+  {
+    remat::SequentialChain copy = original;
+    of_copy = copy.lifetime();
+    EXPECT_FALSE(of_copy.expired());
+  }
+  EXPECT_TRUE(of_copy.expired());
+  EXPECT_FALSE(original.lifetime().expired());
 }

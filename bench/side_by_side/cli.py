@@ -66,7 +66,7 @@ def resolve_defaults(parser, args):
     two = TORCH_MAJOR >= 2
     args.policies_given = args.policies is not None
     if args.policies is None:
-        args.policies = DEFAULT_POLICIES + (",selective" if two else "")
+        args.policies = DEFAULT_POLICIES + (",core-attn" if two else "")
         if two and args.dropout == 0:
             args.policies += ",fused,fused+matmul-inputs"
     args.policies = [x.strip() for x in args.policies.split(",") if x.strip()]

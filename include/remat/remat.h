@@ -8,9 +8,12 @@
 //   ops         ops/attention.h, ops/dropout.h (recomputation inside operations)
 //   chain       chain/chain.h, chain/sequential_chain.h (your model as a chain), chain/plan.h,
 //               chain/policies.h (the rules of thumb), chain/chain_state.h (kept across a measurement)
-//   measure     measure/plan_measurement.h (plans run for real: time, bytes, exactness)
-//   planning    planning/budget.h, cost_model.h, profiler.h, planner.h, budget_planner.h,
-//               planned.h, plan_request.h, throughput.h, plan_comparison.h
+//   planning    planning/budget.h, cost_model.h (the table, the simulator), planner.h (the dynamic
+//               program, Revolve, Chen), throughput.h: pure algorithms on cost tables, nothing run
+//   measure     measure/profiler.h (a chain's cost table), batch_profiles.h, plan_measurement.h
+//               (plans run for real: time, bytes, exactness), plan_comparison.h
+//   autoplan    autoplan/make_plan.h (the one front door: profile, solve, verify, measured
+//               choice), autoplan/planned.h (a Sequential that plans itself)
 //   distributed distributed/data_parallel.h
 //
 // Each room includes only the rooms above it in this list (tests/layering_test.sh); each header
@@ -32,14 +35,14 @@
 #include "remat/chain/plan.h"
 #include "remat/chain/policies.h"
 #include "remat/chain/sequential_chain.h"
-#include "remat/measure/plan_measurement.h"
 #include "remat/planning/budget.h"
-#include "remat/planning/budget_planner.h"
 #include "remat/planning/cost_model.h"
-#include "remat/planning/plan_comparison.h"
-#include "remat/planning/plan_request.h"
-#include "remat/planning/planned.h"
 #include "remat/planning/planner.h"
-#include "remat/planning/profiler.h"
 #include "remat/planning/throughput.h"
+#include "remat/measure/batch_profiles.h"
+#include "remat/measure/plan_comparison.h"
+#include "remat/measure/plan_measurement.h"
+#include "remat/measure/profiler.h"
+#include "remat/autoplan/make_plan.h"
+#include "remat/autoplan/planned.h"
 #include "remat/distributed/data_parallel.h"

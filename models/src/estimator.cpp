@@ -33,10 +33,10 @@ struct HalfEstimate {
 struct GptSizes {
   int64_t e = 0, b = 0, s = 0, h = 0, a = 0, T = 0, V = 0;
   bool dropout = false;
-  bool selective_option = true;  // price the generic option sac (EstimateOptions::selective_option)
-  int64_t mask = 0;              // bytes per dropout-mask element
-  int64_t stats = 0;             // bytes of one LayerNorm's mean and rstd
-  int64_t maps = 0;              // elements of one attention map (B,NH,T,T)
+  bool sac_option = true;  // price the generic option sac (EstimateOptions::sac_option)
+  int64_t mask = 0;        // bytes per dropout-mask element
+  int64_t stats = 0;       // bytes of one LayerNorm's mean and rstd
+  int64_t maps = 0;        // elements of one attention map (B,NH,T,T)
   double flops_per_second = 0;
 
   double seconds(double flops) const { return flops / flops_per_second; }
@@ -52,7 +52,7 @@ GptSizes gpt_sizes(const GptConfig& c, const EstimateOptions& o) {
   z.T = z.b * z.s;
   z.V = c.vocabulary();
   z.dropout = c.dropout() > 0;
-  z.selective_option = o.selective_option;
+  z.sac_option = o.sac_option;
   z.mask = o.dropout_mask_bytes > 0 ? o.dropout_mask_bytes : z.e;
   z.stats = 2 * z.T * 4;  // LayerNorm mean and rstd, fp32
   z.maps = z.a * z.s * z.s * z.b;
@@ -139,7 +139,7 @@ void add_graph_only_costs(std::vector<StageOptionCost>& options, bool is_attenti
   }
 }
 
-// The generic option sac (kSelectiveOption) of a stage whose default option costs `plain`: it
+// The generic option sac (kSacOption) of a stage whose default option costs `plain`: it
 // keeps `kept` (the outputs of its matrix products and its own output) instead of what `plain`
 // keeps; its backward first recomputes everything else the plain option would have kept (held
 // through its backward, beside the transients), at `recompute_flops` of elementwise work (norms,
@@ -149,7 +149,7 @@ void add_graph_only_costs(std::vector<StageOptionCost>& options, bool is_attenti
 // plain values stand in, an overestimate, as for older profiles.
 StageOptionCost sac_option(const StageRunCost& plain, int64_t kept, double recompute_flops, const GptSizes& z) {
   const int64_t dropped = std::max<int64_t>(0, plain.kept_bytes - kept);
-  return {kSelectiveOption,
+  return {kSacOption,
           plain.forward_seconds,
           plain.backward_seconds + z.seconds(recompute_flops),
           std::min(kept, plain.kept_bytes),
@@ -171,8 +171,8 @@ std::vector<StageOptionCost> half_option_costs(const HalfEstimate& he, bool is_a
     const int64_t attention_core =
         maps * e + (z.dropout ? maps * (z.mask + e) : 0) + 2 * T * h * e + T * h * e;  // q,k,P,...,v
     const double attention_core_flops = 4.0 * b * s * s * h;
-    // selective keeps the QKV output (3·T·h) instead of q, k, the maps and v; recomputes the core.
-    options.push_back({to_string(Keep::selective), seconds(he.forward_flops),
+    // core-attn keeps the QKV output (3·T·h) instead of q, k, the maps and v; recomputes the core.
+    options.push_back({to_string(Keep::core_attn), seconds(he.forward_flops),
                        seconds(he.backward_flops + attention_core_flops), he.kept - attention_core + 3 * T * h * e,
                        he.forward_extra, he.backward_extra + attention_core});
     options.push_back({to_string(Keep::matmul_inputs), seconds(he.forward_flops), seconds(he.backward_flops),
@@ -196,7 +196,7 @@ std::vector<StageOptionCost> half_option_costs(const HalfEstimate& he, bool is_a
                      he.fused_kept - inputs, fused_forward_extra + (is_attention ? 0 : 4 * T * h * e),
                      fused_backward_extra + inputs});
   add_graph_only_costs(options, is_attention, z);
-  if (z.selective_option) {
+  if (z.sac_option) {
     // Kept under save_compute_intensive(): attention: the QKV output (3·T·h), QK^T (a map), P·V and
     // the projection (T·h each), the half's output; MLP: fc1 (4·T·h), fc2 (T·h), the output.
     const double th = static_cast<double>(T * h), map = static_cast<double>(maps);
@@ -230,7 +230,7 @@ StageCost embed_stage(const GptSizes& z) {
                   0,
                   {{to_string(Keep::full), 0, 0, boundary + (z.dropout ? z.T * z.h * z.mask : 0), 0, 0}}};
   embed.parameter_bytes = (z.V + z.s) * z.h * z.e;
-  if (z.selective_option) {  // no matrix product: only its output kept; the gather, add, dropout recomputed
+  if (z.sac_option) {  // no matrix product: only its output kept; the gather, add, dropout recomputed
     const double th = static_cast<double>(z.T * z.h);
     embed.options.push_back(sac_option(embed.options.front(), boundary, (1 + (z.dropout ? kDropoutFlops : 0)) * th, z));
   }
@@ -249,7 +249,7 @@ StageCost block_stage(const std::string& n, const HalfEstimate& attention, const
   const auto attention_options = half_option_costs(attention, true, z);
   const auto mlp_options = half_option_costs(mlp, false, z);
   for (const auto& ao : attention_options) {
-    // A block option applies to both halves; the MLP has no selective variant (full instead).
+    // A block option applies to both halves; the MLP has no core-attn variant (full instead).
     auto mo = mlp_options.front();
     for (const auto& o : mlp_options) {
       if (o.option == ao.option) mo = o;
@@ -292,7 +292,7 @@ StageCost head_stage(const GptSizes& z) {
       z.seconds(head_flops),
       T * V * e,
       {{to_string(Keep::full), z.seconds(head_flops), z.seconds(2 * head_flops), head_kept, T * V * e, T * V * 4}}};
-  if (z.selective_option) {  // the logits (the head's matrix product) and the loss kept; LN, log-softmax recomputed
+  if (z.sac_option) {  // the logits (the head's matrix product) and the loss kept; LN, log-softmax recomputed
     const double recompute = kLayerNormFlops * static_cast<double>(T * h) + kSoftmaxFlops * static_cast<double>(T * V);
     head.options.push_back(sac_option(head.options.front(), T * V * e + 4, recompute, z));
   }

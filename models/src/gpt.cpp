@@ -27,8 +27,9 @@ namespace F = torch::nn::functional;
 const std::vector<KeepOption>& keep_options() {
   static const std::vector<KeepOption> table = {
       {Keep::full, "full", false, "everything the block's operations save"},
-      {Keep::selective, "selective", true,
-       "Megatron-style: recompute only softmax(QK^T)V; keeps all matmul inputs, little recompute"},
+      {Keep::core_attn, "core-attn", true,
+       "Megatron-LM's selective recomputation: recompute only the core attention softmax(QK^T)V; keeps all matmul "
+       "inputs, little recompute"},
       {Keep::matmul_inputs, "matmul-inputs", false,
        "recompute LayerNorm and GELU outputs for the matmuls that read them: drops ~6 of ~34 B·T·C per block, cheap"},
       {Keep::fused, "fused", false,
@@ -49,6 +50,9 @@ const KeepOption& keep_option(Keep keep) {
 const char* to_string(Keep keep) { return keep_option(keep).name; }
 
 Keep parse_keep(const std::string& option) {
+  REMAT_CHECK(option != "selective",
+              "the stage option 'selective' is now called 'core-attn' (Megatron-LM's selective "
+              "recomputation of the core attention); 'selective' names per-operator checkpointing, the option 'sac'.");
   std::string names;
   for (const auto& o : keep_options()) {
     if (option == o.name) return o.keep;
@@ -167,7 +171,7 @@ at::Tensor GptBlockImpl::attention_half(const at::Tensor& x, Keep keep, bool gra
   at::Tensor qkv_out = recomputes_matmul_inputs(keep)  // (B,T,3C)
                            ? layer_norm_linear(x, ln1->weight, ln1->bias, ln1->options.eps(), qkv->weight, qkv->bias)
                            : qkv(ln1(x));
-  at::Tensor attended = keep == Keep::selective
+  at::Tensor attended = keep == Keep::core_attn
                             ? checkpoint([this](const at::Tensor& in) { return core_attention(in); }, qkv_out,
                                          CheckpointOptions().name("core attention").use_reentrant(true))
                             : core_attention(qkv_out, is_fused(keep));  // (B,T,C)
@@ -284,9 +288,9 @@ Plan to_half_granularity(const Plan& plan) {
   for (int64_t b = 0; b < layers; ++b) {
     const std::string& option = plan.options[b + 1];
     half.options[1 + 2 * b] = option;
-    // An option the MLP half does not offer (selective) leaves it full; the generic selective
+    // An option the MLP half does not offer (core-attn) leaves it full; the generic selective
     // option applies to both halves.
-    const bool offered = option == kSelectiveOption || !keep_option(parse_keep(option)).attention_only;
+    const bool offered = option == kSacOption || !keep_option(parse_keep(option)).attention_only;
     half.options[2 + 2 * b] = offered ? option : to_string(Keep::full);
   }
   // Stage index i of the block chain: 0 embed, 1..layers blocks, layers+1 head.

@@ -1,23 +1,23 @@
 #include "remat/models/gpt_planning.h"
 
-#include "remat/planning/budget_planner.h"
 #include "remat/base/error.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/planning/profiler.h"
+#include "remat/measure/profiler.h"
 
 namespace remat::models {
 
 Prediction GptCosts::predict(const Plan& plan) const { return simulate(to_half_granularity(plan), half); }
 
 Prediction GptCosts::unchecked() const {
-  return simulate(Plan::plain(GptChainShape(layers(), GptGranularity::half)), half);
+  return simulate(Plan::unchecked(GptChainShape(layers(), GptGranularity::half)), half);
 }
 
-GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, const ProfileOptions& options) {
+GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets, const ProfileOptions& options,
+                     CheckpointMode mode) {
   GptChain chain(std::move(model), GptGranularity::half);
   chain.set_targets(targets);
-  return GptCosts{profile_chain(chain, tokens, options)};
+  return GptCosts{profile_chain(chain, tokens, options, mode)};
 }
 
 GptCosts gpt_costs_from_json(const std::string& text, const std::string& source) {
@@ -59,19 +59,33 @@ GptGranularity gpt_request_granularity(const PlanRequest& request) {
   return parse_gpt_granularity(request.plan().granularity, request.name());
 }
 
-ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const GptCostSource& costs,
-                           const MeasurePeak& measure_peak) {
-  PlanSources sources;
-  sources.policy = [layers](const std::string& policy) { return gpt_policy_plan(policy, layers); };
-  if (costs) sources.costs = [&costs](const ProfileOptions& options) { return costs(options).half; };
-  sources.measure_peak = measure_peak;
-  ChosenPlan chosen = choose_plan(request, sources);
-  chosen.plan.validate_against(GptChainShape(layers, gpt_request_granularity(request)));
-  return chosen;
+namespace {
+
+// The GPT's policies, and plans checked against its chain of the plan's granularity.
+PlanSubject with_gpt_policies(PlanSubject subject, int64_t layers) {
+  return subject.policies([layers](const std::string& policy) { return gpt_policy_plan(policy, layers); })
+      .check_plans(
+          [layers](const Plan& plan) { plan.validate_against(GptChainShape(layers, gpt_granularity_of(plan))); });
+}
+
+}  // namespace
+
+PlanSubject gpt_plan_subject(int64_t layers) { return with_gpt_policies(PlanSubject(), layers); }
+
+PlanSubject gpt_plan_subject(const GptCosts& costs) {
+  return with_gpt_policies(PlanSubject(costs.half), costs.layers());
+}
+
+PlanSubject gpt_plan_subject(Gpt model, at::Tensor tokens, at::Tensor targets) {
+  const int64_t layers = model->config().layers();
+  auto chain = std::make_shared<GptChain>(std::move(model), GptGranularity::half);
+  chain->set_targets(std::move(targets));
+  return with_gpt_policies(PlanSubject(std::move(chain), std::move(tokens)), layers);
 }
 
 ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
-                                    const std::vector<int64_t>& batches, const ProfileOptions& options) {
+                                    const std::vector<int64_t>& batches, const ProfileOptions& options,
+                                    CheckpointMode mode) {
   for (const int64_t b : batches) {
     REMAT_CHECK(b >= 1 && b <= tokens.size(0), "profile_gpt_batches: batch size ", b, " is not within the ",
                 tokens.size(0), " sequences given.");
@@ -83,13 +97,7 @@ ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const a
         chain.set_targets(targets.narrow(0, 0, b));  // the loss of this batch size
         return tokens.narrow(0, 0, b);
       },
-      batches, options);
-}
-
-MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets) {
-  auto chain = std::make_shared<GptChain>(std::move(model), GptGranularity::half);
-  chain->set_targets(std::move(targets));
-  return [chain, tokens = std::move(tokens)](const Plan& plan) { return measure_plan_peak(*chain, plan, tokens); };
+      batches, options, mode);
 }
 
 std::vector<std::string> gpt_policy_names() {

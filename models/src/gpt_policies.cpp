@@ -36,6 +36,9 @@ bool is_option_policy(const std::string& base) {
 // for names neither knows, listing both.
 std::string gpt_only_base(const std::string& policy, bool& skip_ends) {
   const std::string base = split_skip_ends(policy, skip_ends);
+  refuse_other_names_of_none(policy);
+  REMAT_CHECK(base != "selective", "unknown policy '", policy, "': the GPT's Megatron-style option policy is now ",
+              "'core-attn'; 'selective' names per-operator checkpointing, the policy 'sac'.");
   if (is_half_policy(base) || is_option_policy(base)) return base;
   if (is_generic_policy(policy)) return "";
   std::string names;

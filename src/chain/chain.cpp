@@ -16,15 +16,14 @@ int64_t Chain::num_blocks() const {
 
 std::vector<std::string> Chain::accepted_options(int64_t index) const {
   std::vector<std::string> options = stages().at(static_cast<size_t>(index)).options;
-  if (std::find(options.begin(), options.end(), kSelectiveOption) == options.end())
-    options.emplace_back(kSelectiveOption);
+  if (std::find(options.begin(), options.end(), kSacOption) == options.end()) options.emplace_back(kSacOption);
   return options;
 }
 
 at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
   const StageInfo& info = stages().at(static_cast<size_t>(index));
   const bool own = std::find(info.options.begin(), info.options.end(), option) != info.options.end();
-  if (own || option != kSelectiveOption) {
+  if (own || option != kSacOption) {
     return graph_only ? forward_stage_graph_only(index, input, option) : forward_stage(index, input, option);
   }
   // One policy for every call: the preset's set of names is built once.

@@ -277,7 +277,7 @@ Plan Plan::unchecked(std::string granularity, std::vector<std::string> stage_nam
   return plan;
 }
 
-Plan Plan::plain(const Chain& chain) {
+Plan Plan::unchecked(const Chain& chain) {
   std::vector<std::string> names, defaults;
   for (const auto& stage : chain.stages()) {
     REMAT_CHECK(!stage.options.empty(), "stage '", stage.name,
@@ -386,7 +386,7 @@ void Plan::check_well_formed(const std::string& who) const {
   REMAT_CHECK(n >= 1, who, ": the plan has no stages; give it the chain's stage names, in order.");
   REMAT_CHECK(options.size() == stage_names.size(), who, ": the plan has ", options.size(),
               " stage options (Plan::options) for ", n, " stages; give one option per stage (its default where ",
-              "nothing else: CostTable::plain_plan and Plan::plain start from those).");
+              "nothing else: CostTable::unchecked_plan and Plan::unchecked start from those).");
   REMAT_CHECK(default_options.empty() || default_options.size() == stage_names.size(), who, ": the plan has ",
               default_options.size(), " default options (Plan::default_options) for ", n,
               " stages; give one per stage, or none.");

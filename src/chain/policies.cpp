@@ -42,6 +42,7 @@ PolicySpec parse(const std::string& policy) {
   const std::string text = split_skip_ends(policy, spec.skip_ends);
   auto colon = text.find(':');
   spec.base = text.substr(0, colon);
+  refuse_other_names_of_none(policy);
   if (generic_bases().count(spec.base) == 0) {
     std::string names;
     for (const auto& d : descriptions()) names += (names.empty() ? "" : ", ") + d.name;
@@ -106,6 +107,16 @@ std::string split_skip_ends(const std::string& policy, bool& skip_ends) {
   return skip_ends ? policy.substr(0, policy.size() - modifier.size()) : policy;
 }
 
+void refuse_other_names_of_none(const std::string& policy) {
+  bool skip_ends = false;
+  const std::string base = split_skip_ends(policy, skip_ends);
+  // The unchecked plan has one name, as a policy: other words for it are refused, naming it.
+  for (const char* other : {"plain", "unchecked", "no-checkpoint", "nocheckpoint", "no_checkpoint"}) {
+    REMAT_CHECK(base != other, "unknown policy '", policy,
+                "': the plan that checkpoints nothing is the policy 'none'.");
+  }
+}
+
 bool is_generic_policy(const std::string& policy) {
   bool skip_ends = false;
   const std::string text = split_skip_ends(policy, skip_ends);
@@ -119,7 +130,7 @@ std::pair<int64_t, int64_t> policy_block_range(int64_t blocks, bool skip_ends) {
 }
 
 Plan plan_with_segments(const Chain& chain, const std::vector<std::pair<int64_t, int64_t>>& segments) {
-  Plan plan = Plan::plain(chain);
+  Plan plan = Plan::unchecked(chain);
   std::vector<PlanItem> items;
   size_t next_segment = 0;
   for (int64_t i = 0; i < chain.size();) {
@@ -167,7 +178,7 @@ Plan policy_plan(const std::string& policy, const Chain& chain) {
   Plan plan = plan_with_segments(chain, segments);
   if (spec.base == "sac") {
     for (int64_t b = first; b < last; ++b) {
-      for (int64_t i = blocks[b].first; i < blocks[b].second; ++i) plan.options[i] = kSelectiveOption;
+      for (int64_t i = blocks[b].first; i < blocks[b].second; ++i) plan.options[i] = kSacOption;
     }
   }
   return plan;

@@ -219,7 +219,7 @@ PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& i
     for (const auto& b : buffers) step.buffers.push_back(b.tensor.detach().clone());
     return step;
   };
-  Plan unchecked = Plan::plain(chain);
+  Plan unchecked = Plan::unchecked(chain);
   unchecked.options = plan.options;
   const Step plain = run(unchecked);
   const Step planned = run(plan);
@@ -237,6 +237,33 @@ PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& i
   }
   v.identical = bits;
   return v;
+}
+
+int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& sample_input) {
+  plan.validate_against(chain);
+  const c10::Device device = sample_input.device();
+  if (device.is_cpu()) install_cpu_memory_tracker();
+  const ChainStateGuard untouched(chain, sample_input);
+  int64_t peak = 0;
+  for (int round = 0; round < 2; ++round) {  // the first allocates gradients, as a first step does
+    {
+      c10::NoGradGuard no_grad;
+      for (const auto& p : chain_parameters(chain)) {
+        if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+      }
+    }
+    synchronize_device(device);
+    const int64_t before = memory_stats(device).current_bytes;
+    reset_peak_memory(device);
+    {
+      at::Tensor output = run_plan(chain, plan, sample_input);
+      REMAT_CHECK(output.requires_grad(), "measuring a plan: the chain's output does not require grad.");
+      torch::autograd::backward({output}, {at::ones_like(output)});
+    }
+    synchronize_device(device);
+    peak = memory_stats(device).peak_bytes - before;
+  }
+  return peak;
 }
 
 }  // namespace remat

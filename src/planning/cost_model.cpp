@@ -419,7 +419,7 @@ std::string CostTable::to_table() const {
   return os.str();
 }
 
-Plan CostTable::plain_plan(CheckpointMode mode) const {
+Plan CostTable::unchecked_plan(CheckpointMode mode) const {
   std::vector<std::string> names, defaults;
   for (const auto& stage : stages) {
     REMAT_CHECK(!stage.options.empty(), "the cost table's stage '", stage.name, "' has no options.");
@@ -427,6 +427,11 @@ Plan CostTable::plain_plan(CheckpointMode mode) const {
     defaults.push_back(stage.options.front().option);
   }
   return Plan::unchecked(granularity, std::move(names), std::move(defaults), mode);
+}
+
+void CostTable::scale_times(double factor) {
+  detail::for_each_cost_number(
+      *this, [factor](double& seconds) { seconds *= factor; }, [](int64_t&) {});
 }
 
 void CostTable::validate_against(const Chain& chain) const {

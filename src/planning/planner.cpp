@@ -169,7 +169,7 @@ OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int
   const int64_t memory_slots = options_.memory_slots();
   REMAT_CHECK(memory_slots >= 1 && memory_slots <= 100000, "planner: memory_slots must be in [1, 100000], got ",
               memory_slots, ".");
-  plain_ = costs_.plain_plan(options_.mode());
+  plain_ = costs_.unchecked_plan(options_.mode());
   unchecked_ = simulate(plain_, costs_);
   // Twice the unchecked peak: with sizes rounded up to units, the unchecked plan itself needs
   // headroom to stay feasible.
@@ -435,7 +435,7 @@ const PlanResult& PlanResult::ensure_feasible() const {
 PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   costs.check_well_formed("plan_optimal: the cost table");
-  const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  const Prediction unchecked = simulate(costs.unchecked_plan(options.mode()), costs);
   const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
   // The table spans [0, budget]: its memory unit is budget/slots, so rounding costs at most a slot
   // per term of the recurrence, relative to the budget asked for.
@@ -507,7 +507,7 @@ PlanResult classic_result(PlannerKind kind, const CostTable& costs, const Planne
   PlanResult result;
   result.planner = kind;
   result.name = to_string(kind);
-  result.unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  result.unchecked = simulate(costs.unchecked_plan(options.mode()), costs);
   result.budget_bytes = budget.to_bytes(result.unchecked.peak_bytes);
   result.timed_under = costs.threads;
   return result;
@@ -585,7 +585,7 @@ PlanResult chen_greedy_plan(const CostTable& costs, const Budget& budget, const 
   std::sort(thresholds.begin(), thresholds.end());
   thresholds.erase(std::unique(thresholds.begin(), thresholds.end()), thresholds.end());
   for (int64_t threshold : thresholds) {
-    Plan plan = costs.plain_plan(options.mode());
+    Plan plan = costs.unchecked_plan(options.mode());
     plan.items.clear();
     std::vector<PlanItem> segment;
     int64_t running = 0;
@@ -625,7 +625,7 @@ std::vector<PlanResult> compare_planners(const CostTable& costs, const Budget& b
                                          const std::function<Prediction(const Plan&)>& predict,
                                          const PlannerOptions& options) {
   costs.check_well_formed("compare_planners: the cost table");
-  const Prediction unchecked = simulate(costs.plain_plan(options.mode()), costs);
+  const Prediction unchecked = simulate(costs.unchecked_plan(options.mode()), costs);
   const int64_t budget_bytes = budget.to_bytes(unchecked.peak_bytes);
   std::vector<PlanResult> out;
   for (const auto& name : policies) {

@@ -58,12 +58,6 @@ CostTable interpolate_tables(const std::vector<const CostTable*>& tables, const 
   return result;
 }
 
-// Every time of `table` multiplied by `factor`.
-void scale_seconds(CostTable& table, double factor) {
-  detail::for_each_cost_number(
-      table, [factor](double& seconds) { seconds *= factor; }, [](int64_t&) {});
-}
-
 std::vector<int64_t> divisors(int64_t n) {
   std::vector<int64_t> out;
   for (int64_t d = 1; d <= n; ++d) {
@@ -109,7 +103,7 @@ InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, Cost
     others.erase(others.begin() + static_cast<std::ptrdiff_t>(i));
     const CostTable& actual = sorted[i].second;
     const CostTable predicted = interpolate_costs(others, sorted[i].first);
-    const Prediction a = simulate(actual.plain_plan(), actual), p = simulate(predicted.plain_plan(), predicted);
+    const Prediction a = simulate(actual.unchecked_plan(), actual), p = simulate(predicted.unchecked_plan(), predicted);
     const double peak_error =
         std::abs(static_cast<double>(p.peak_bytes - a.peak_bytes)) / std::max(1.0, static_cast<double>(a.peak_bytes));
     const double step_error = a.step_seconds > 0 ? std::abs(p.step_seconds - a.step_seconds) / a.step_seconds : 0.0;
@@ -141,7 +135,7 @@ ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_ba
   global_costs.check_well_formed("plan_throughput: the cost table at batch " + std::to_string(global_batch));
   ThroughputChoice choice;
   choice.global_batch = global_batch;
-  choice.unchecked_peak_bytes = simulate(global_costs.plain_plan(planner.mode()), global_costs).peak_bytes;
+  choice.unchecked_peak_bytes = simulate(global_costs.unchecked_plan(planner.mode()), global_costs).peak_bytes;
   choice.budget_bytes = budget.to_bytes(choice.unchecked_peak_bytes);
   for (const int64_t m : micro_batches) {
     MicroBatchChoice c;
@@ -188,87 +182,6 @@ const MicroBatchChoice& ThroughputChoice::chosen() const {
               budget_bytes, " bytes (", format_bytes(budget_bytes), "): the least that fits is ", least, " bytes (",
               format_bytes(least), ", at micro-batch ", at, "). Give at least that.");
   return frontier.front();
-}
-
-std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice, const MeasureMicroBatches& measure) {
-  REMAT_CHECK(static_cast<bool>(measure), "measure_frontier: give a function measuring plans at micro-batch sizes.");
-  std::vector<MicroBatchRun> runs;
-  struct Indices {
-    size_t planned;
-    std::optional<size_t> unchecked;
-  };
-  std::vector<std::pair<const MicroBatchChoice*, Indices>> entries;
-  for (const MicroBatchChoice& c : choice.frontier) {
-    if (!c.planned.feasible) continue;
-    Indices at{runs.size(), std::nullopt};
-    runs.push_back({c.micro_batch, c.planned.plan});
-    if (c.unchecked_fits) {
-      // The plan is often the unchecked one itself: then one run answers both.
-      Plan plain = c.planned.plan.without_checkpoints();
-      const bool same = plain.to_string() == c.planned.plan.to_string();
-      at.unchecked = same ? at.planned : runs.size();
-      if (!same) runs.push_back({c.micro_batch, std::move(plain)});
-    }
-    entries.emplace_back(&c, at);
-  }
-  if (runs.empty()) return {};
-  const std::vector<PlanMeasurement> m = measure(runs);
-  REMAT_CHECK(m.size() == runs.size(), "measure_frontier: the measure returned ", m.size(), " measurements for ",
-              runs.size(), " runs.");
-  std::vector<MeasuredMicroBatch> measured;
-  for (const auto& [c, at] : entries) {
-    MeasuredMicroBatch out;
-    out.micro_batch = c->micro_batch;
-    out.planned = m[at.planned];
-    const double micro = static_cast<double>(c->micro_batch);
-    out.samples_per_second = out.planned.step_seconds > 0 ? micro / out.planned.step_seconds : 0.0;
-    if (at.unchecked) {
-      out.unchecked = m[*at.unchecked];
-      out.unchecked_samples_per_second = out.unchecked->step_seconds > 0 ? micro / out.unchecked->step_seconds : 0.0;
-    }
-    measured.push_back(std::move(out));
-  }
-  return measured;
-}
-
-ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
-                                const std::vector<int64_t>& batches, const ProfileOptions& options) {
-  REMAT_CHECK(static_cast<bool>(sample_of_batch),
-              "profile_batches: give a function from a batch size to a sample input.");
-  REMAT_CHECK(!batches.empty(), "profile_batches: give at least one batch size.");
-  ProfiledBatches profiled;
-  for (const int64_t b : batches) {
-    REMAT_CHECK(b >= 1, "profile_batches: batch sizes must be at least 1, got ", b, ".");
-    profiled.tables.emplace_back(b, profile_chain(chain, sample_of_batch(b), options));
-  }
-  align_step_times(chain, sample_of_batch, profiled, options);
-  return profiled;
-}
-
-void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
-                      ProfiledBatches& profiled, const ProfileOptions& options) {
-  REMAT_CHECK(static_cast<bool>(sample_of_batch),
-              "align_step_times: give a function from a batch size to a sample input.");
-  profiled.time_scales.assign(profiled.tables.size(), 1.0);
-  if (profiled.tables.size() < 2) return;
-  std::vector<PlanRun> runs;
-  for (const auto& [b, table] : profiled.tables) {
-    const int64_t batch = b;
-    // The sample function may set state of the chain for its size (a loss's targets): run it
-    // before every step of that size.
-    runs.push_back({&chain, table.plain_plan(options.mode()), sample_of_batch(batch),
-                    [&sample_of_batch, batch] { sample_of_batch(batch); }});
-  }
-  const std::vector<PlanMeasurement> measured = measure_runs(runs, std::max(3, options.repeats()));
-  for (size_t i = 0; i < profiled.tables.size(); ++i) {
-    CostTable& table = profiled.tables[i].second;
-    const double predicted = simulate(runs[i].plan, table).step_seconds;
-    if (predicted <= 0) continue;
-    const double scale = measured[i].step_seconds / predicted;
-    profiled.time_scales[i] = scale;
-    scale_seconds(table, scale);
-    table.source += ", times aligned across batch sizes";
-  }
 }
 
 std::vector<int64_t> default_profile_batches(int64_t global_batch) {

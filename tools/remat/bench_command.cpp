@@ -87,7 +87,7 @@ BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Stra
   BenchMeasurements measured;
   measured.none_index = none_listed ? static_cast<size_t>(none_it - strategies.begin()) : plans.size();
   if (!none_listed)
-    plans.push_back(Plan::plain(models::GptChainShape(options.model.layers(), models::GptGranularity::block)));
+    plans.push_back(Plan::unchecked(models::GptChainShape(options.model.layers(), models::GptGranularity::block)));
 
   std::cerr << "measuring " << plans.size() << " strategies: one warm-up round, then " << flags.steps
             << " interleaved rounds (" << model_title(options) << ")\n";
@@ -254,7 +254,7 @@ void run_bench(BenchFlags& flags) {
   const ModelCosts costs = strategy_costs(flags);
   BenchResults r;
   r.strategies =
-      make_strategies(&costs, options.model.layers(), policies, budgets, flags.slots, flags.checkpoint_modes);
+      make_strategies(&costs, options.model.layers(), policies, budgets, flags.planning.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   r.threads = set_cpu_threads(options.threads).to_string();

@@ -267,19 +267,23 @@ CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::
       ->group("Measurement");
 }
 
-void add_profile_options(CLI::App& command, std::string& profile_file, int& repeats, int64_t& slots) {
-  command
-      .add_option("--profile", profile_file,
-                  "Plan from this profile (`remat profile --save-profile`) instead of profiling")
-      ->group("Planning");
-  command.add_option("--repeats", repeats, "Profiling runs per stage (the median is kept)")
+void PlanningFlags::add_to(CLI::App& command, bool plans) {
+  if (plans) {
+    command
+        .add_option("--profile", profile_file,
+                    "Plan from this profile (`remat profile --save-profile`) instead of profiling")
+        ->group("Planning");
+  }
+  command.add_option("--repeats", repeats, "Profiling runs per stage, at least (the median is kept)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100))
       ->group("Planning");
-  command.add_option("--slots", slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100000))
-      ->group("Planning");
+  if (plans) {
+    command.add_option("--slots", slots, "Memory grid of the planner: budget / slots is its resolution, in bytes")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 100000))
+        ->group("Planning");
+  }
 }
 
 CLI::Option* add_json_flag(CLI::App& command, bool& json) {

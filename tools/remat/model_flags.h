@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "remat/autoplan/make_plan.h"
 #include "remat/train/trainer.h"
 
 namespace remat::cli {
@@ -72,9 +73,16 @@ void make_numbers_decimal(CLI::App& app);
 
 CLI::Option* add_measure_steps_option(CLI::App& command, int& steps, const std::string& help);
 
-/// --profile (a saved profile to plan from), --repeats (profiling runs per stage) and --slots (the
-/// planner's memory grid), in the "Planning" group: registered here once for every command.
-void add_profile_options(CLI::App& command, std::string& profile_file, int& repeats, int64_t& slots);
+/// The planning flags the commands share, each declared here once with one default, in the
+/// "Planning" group: --profile (a saved profile to plan from), --repeats (profiling runs per stage:
+/// the library's default) and --slots (the planner's memory grid).
+struct PlanningFlags {
+  std::string profile_file;
+  int repeats = PlanningOptions().profile().repeats();
+  int64_t slots = kDefaultMemorySlots;
+  /// Registers --repeats, and --profile and --slots where the command plans.
+  void add_to(CLI::App& command, bool plans = true);
+};
 
 /// `--json`: stdout holds exactly one JSON document; everything else goes to stderr.
 CLI::Option* add_json_flag(CLI::App& command, bool& json);

@@ -18,11 +18,12 @@
 #include "remat/internal/files.h"
 #include "remat/models/estimator.h"
 #include "remat/models/gpt_policies.h"
-#include "remat/planning/plan_comparison.h"
+#include "remat/measure/plan_comparison.h"
 #include "remat/measure/plan_measurement.h"
 #include "remat/planning/throughput.h"
 #include "remat/train/corpus.h"
 #include "remat/internal/table.h"
+#include "remat/memory/memory.h"
 
 namespace remat::cli {
 namespace {
@@ -31,10 +32,8 @@ struct PlanFlags {
   ModelFlags model;
   std::string policy;
   std::vector<std::string> budgets;
-  std::string profile_file;
+  PlanningFlags planning;
   std::string save_file;
-  int repeats = 5;
-  int64_t slots = kDefaultMemorySlots;
   bool json = false;
   bool measure = false;
   int measure_steps = 3;
@@ -57,7 +56,7 @@ void run_policy_plan(PlanFlags& flags) {
   config.validate();
   const std::string policy = flags.policy.empty() ? "block" : flags.policy;
   const PlanRequest request = PlanRequest::of_policy(policy).mode(flags.model.checkpoint_mode);
-  const Plan plan = models::gpt_choose_plan(request, config.layers()).plan;
+  const Plan plan = make_plan(request, models::gpt_plan_subject(config.layers())).plan;
   if (flags.json) {
     std::cout << plan.to_json() << "\n";
   } else {
@@ -80,30 +79,27 @@ struct BudgetPlans {
 
 ModelCosts load_or_profile(const PlanFlags& flags, std::ostream& out) {
   const auto& options = flags.model.options;
-  if (!flags.profile_file.empty()) return load_profile_for(flags.profile_file, options);
+  if (!flags.planning.profile_file.empty()) return load_profile_for(flags.planning.profile_file, options);
   out << "profiling the GPT (" << options.model.describe() << ", batch " << options.batch << ")...\n";
-  return profile_model(options, flags.repeats, flags.model.checkpoint_mode);
+  return profile_model(options, flags.planning.repeats, flags.model.checkpoint_mode);
 }
 
 std::vector<BudgetPlans> plan_budgets(const ModelCosts& costs, const std::vector<std::string>& budgets,
                                       const PlanFlags& flags) {
   std::vector<BudgetPlans> results;
-  // Each budget's plan is run once on the sample batch: a plan whose measured peak passes the
-  // budget is planned again (plan_verified), unless --no-verify-fit.
-  MeasurePeak measure;
-  if (flags.verify_fit) {
-    const SampleModel sample = make_sample_model(flags.model.options);
-    measure = models::gpt_measure_peak(sample.model, sample.tokens, sample.targets);
-  }
+  // Each budget's plan is run on the sample batch: a plan whose measured peak passes the budget is
+  // planned again, and one the cost model cannot tell from a rule of thumb is timed against it
+  // (make_plan), unless --no-verify-fit: then the prediction is trusted.
+  std::optional<SampleModel> sample;
+  if (flags.verify_fit) sample.emplace(make_sample_model(flags.model.options));
   for (const auto& text : budgets) {
-    const PlanRequest request =
-        PlanRequest::of_budget(Budget::parse(text))
-            .planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots));
-    BudgetPlans r{text, {}, {}};
-    r.optimal = *models::gpt_choose_plan(
-                     request, costs.layers(), [&costs](const ProfileOptions&) { return costs; }, measure)
-                     .planned;
-    r.others = models::gpt_compare_planners(costs, Budget::bytes(r.optimal.budget_bytes), request.planner());
+    PlanRequest request = PlanRequest::of_budget(Budget::parse(text));
+    request.options().planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.planning.slots));
+    const PlanSubject subject =
+        sample ? models::gpt_plan_subject(sample->model, sample->tokens, sample->targets).costs(costs.half)
+               : models::gpt_plan_subject(costs);
+    BudgetPlans r{text, make_plan(request, subject), {}};
+    r.others = models::gpt_compare_planners(costs, Budget::bytes(r.optimal.budget_bytes), request.options().planner());
     results.push_back(std::move(r));
   }
   return results;
@@ -123,6 +119,8 @@ nlohmann::json print_budget_result(const BudgetPlans& r, std::ostream& out) {
         << (r.optimal.replans > 0 ? ", after " + std::to_string(r.optimal.replans) + " re-plans" : std::string())
         << ")\n";
   }
+  if (!r.optimal.measured_choice.reason.empty())
+    out << "  measured choice: " << r.optimal.measured_choice.reason << "\n";
   Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
   table.add_row(
       {"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes", percent(r.optimal.predicted_overhead())});
@@ -151,6 +149,8 @@ nlohmann::json print_budget_result(const BudgetPlans& r, std::ostream& out) {
       {"verified_peak_bytes",
        r.optimal.measured_peak_bytes >= 0 ? nlohmann::json(r.optimal.measured_peak_bytes) : nlohmann::json()},
       {"replans", r.optimal.replans},
+      {"measured_choice", r.optimal.measured_choice.reason},
+      {"source", r.optimal.source},
       {"unchecked_peak_bytes", r.optimal.unchecked.peak_bytes},
       {"solve_seconds", r.optimal.solve_seconds},
       {"policies", policies}};
@@ -211,7 +211,7 @@ void measure_and_compare(const PlanFlags& flags, const std::vector<BudgetPlans>&
     if (o.planner == PlannerKind::policy) policies.push_back({o.name, o.plan});
   }
   const Plan unchecked =
-      Plan::plain(models::GptChainShape(flags.model.options.model.layers(), models::GptGranularity::block));
+      Plan::unchecked(models::GptChainShape(flags.model.options.model.layers(), models::GptGranularity::block));
   const MeasuredComparison c = compare_measured(unchecked, optimal, policies, [&](const std::vector<Plan>& plans) {
     out << "\nmeasuring " << plans.size() << " plans, " << flags.measure_steps << " interleaved steps each...\n";
     return models::gpt_measure_plans(sample.model, plans, sample.tokens, sample.targets, flags.measure_steps);
@@ -348,8 +348,8 @@ nlohmann::json print_throughput_row(const ThroughputRow& row, int64_t sequence, 
 void run_throughput_plan(PlanFlags& flags) {
   const auto& options = flags.model.options;
   options.model.validate();
-  REMAT_CHECK(flags.profile_file.empty(), "--maximize throughput profiles the model at several batch sizes itself; ",
-              "drop --profile.");
+  REMAT_CHECK(flags.planning.profile_file.empty(),
+              "--maximize throughput profiles the model at several batch sizes itself; ", "drop --profile.");
   const std::vector<std::string> budgets = budget_list(flags.budgets);
   REMAT_CHECK(!budgets.empty(), "--maximize throughput: give at least one --budget, as in --budget 50%.");
   std::ostream& out = human_output(flags.json);
@@ -358,9 +358,9 @@ void run_throughput_plan(PlanFlags& flags) {
   out << "profiling the GPT (" << options.model.describe() << ") at batch sizes";
   for (const int64_t b : sizes) out << " " << b;
   out << "...\n";
-  const ProfiledBatches profiled =
-      models::profile_gpt_batches(sample.model, sample.tokens, sample.targets, sizes,
-                                  budget_profile_options().repeats(flags.repeats).mode(flags.model.checkpoint_mode));
+  const ProfiledBatches profiled = models::profile_gpt_batches(
+      sample.model, sample.tokens, sample.targets, sizes, PlanningOptions().profile().repeats(flags.planning.repeats),
+      flags.model.checkpoint_mode);
   out << "profiles on one clock (each unchecked step measured in one interleaved series): times scaled by";
   for (size_t i = 0; i < profiled.tables.size(); ++i) {
     out << (i ? ", " : " ") << fixed(profiled.time_scales[i], 2) << " at batch " << profiled.tables[i].first;
@@ -377,9 +377,9 @@ void run_throughput_plan(PlanFlags& flags) {
   for (const auto& text : budgets) {
     ThroughputRow row{
         text,
-        plan_throughput(
-            profiled.costs_at(), options.batch, Budget::parse(text),
-            ThroughputOptions().planner(PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.slots))),
+        plan_throughput(profiled.costs_at(), options.batch, Budget::parse(text),
+                        ThroughputOptions().planner(
+                            PlannerOptions().mode(flags.model.checkpoint_mode).memory_slots(flags.planning.slots))),
         {}};
     if (flags.measure) {
       out << "measuring the frontier at budget " << text << ", " << flags.measure_steps
@@ -419,7 +419,7 @@ void add_plan_command(CLI::App& app) {
                       "Text file to take the profiled batch from, instead of the fortunes corpus");
   plan->add_option("--policy", flags->policy, "Show this policy's plan (see `remat policies`)")->group("Planning");
   add_budget_option(*plan, flags->budgets, "Plan for each of these activation budgets");
-  add_profile_options(*plan, flags->profile_file, flags->repeats, flags->slots);
+  flags->planning.add_to(*plan);
   add_checkpoint_mode_option(
       *plan, flags->model.checkpoint_mode,
       "How the plan's segments are checkpointed: reentrant, non-reentrant (the planner counts what each holds)");
@@ -447,7 +447,7 @@ void add_plan_command(CLI::App& app) {
   add_json_flag(*plan, flags->json);
   plan->callback([flags] {
     flags->model.apply_preset();
-    refuse_output_over_input({{"--profile", flags->profile_file}, {"--data", flags->model.options.data_file}},
+    refuse_output_over_input({{"--profile", flags->planning.profile_file}, {"--data", flags->model.options.data_file}},
                              "--save-plan", flags->save_file);
     flags->model.refuse_together("--policy", "--budget");
     REMAT_CHECK(flags->maximize.empty() || !flags->budgets.empty(),
@@ -456,7 +456,7 @@ void add_plan_command(CLI::App& app) {
                 "--plot draws the throughput frontier: give it with ",
                 "--maximize throughput (`remat bench --plot` draws the memory-time plots).");
     if (flags->budgets.empty()) {
-      REMAT_CHECK(flags->profile_file.empty(),
+      REMAT_CHECK(flags->planning.profile_file.empty(),
                   "--profile has no effect with --policy: a policy's plan needs no profile ",
                   "(the planner plans from one for --budget). Drop --profile, or give --budget.");
       run_policy_plan(*flags);

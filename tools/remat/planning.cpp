@@ -43,8 +43,8 @@ SeededStep seeded_step(SampleModel& sample, Chain& chain, const Plan& plan, uint
 
 ModelCosts profile_model(const train::TrainOptions& options, int repeats, CheckpointMode mode) {
   const SampleModel sample = make_sample_model(options);
-  return models::profile_gpt(sample.model, sample.tokens, sample.targets,
-                             budget_profile_options().repeats(repeats).mode(mode));
+  return models::profile_gpt(sample.model, sample.tokens, sample.targets, PlanningOptions().profile().repeats(repeats),
+                             mode);
 }
 
 void save_profile(const ModelCosts& costs, const std::string& path) {

@@ -13,7 +13,7 @@ namespace {
 
 struct ProfileFlags {
   ModelFlags model;
-  int repeats = 5;
+  PlanningFlags planning;
   std::string save_file;
   bool json = false;
 };
@@ -24,10 +24,7 @@ void add_profile_command(CLI::App& app) {
   auto flags = std::make_shared<ProfileFlags>();
   CLI::App* cmd = app.add_subcommand("profile", "Measure the GPT's per-stage costs (time, bytes kept, transients)");
   flags->model.add_to(*cmd, ModelUse::run, "Text file to take the profiled batch from, instead of the fortunes corpus");
-  cmd->add_option("--repeats", flags->repeats, "Measured runs per stage (the median is kept)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 100))
-      ->group("Planning");
+  flags->planning.add_to(*cmd, /*plans=*/false);
   cmd->add_option("--save-profile", flags->save_file, "Write the profile as JSON to this file (for --profile FILE)")
       ->group("Output");
   add_checkpoint_mode_option(*cmd, flags->model.checkpoint_mode,
@@ -38,7 +35,7 @@ void add_profile_command(CLI::App& app) {
     flags->model.apply_preset();
     refuse_output_over_input({{"--data", flags->model.options.data_file}}, "--save-profile", flags->save_file);
     std::ostream& out = human_output(flags->json);
-    const ModelCosts costs = profile_model(flags->model.options, flags->repeats, flags->model.checkpoint_mode);
+    const ModelCosts costs = profile_model(flags->model.options, flags->planning.repeats, flags->model.checkpoint_mode);
     out << costs.half.to_table();
     if (!flags->save_file.empty()) {
       save_profile(costs, flags->save_file);

@@ -70,7 +70,7 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
     for (const auto& policy : policies) {
       Strategy s;
       s.name = policy + suffix;
-      s.plan = models::gpt_choose_plan(PlanRequest::of_policy(policy).mode(mode), layers).plan;
+      s.plan = make_plan(PlanRequest::of_policy(policy).mode(mode), models::gpt_plan_subject(layers)).plan;
       if (s.plan.recompute_depths() == std::vector<int64_t>(s.plan.stage_names.size(), 0) && mode != modes.front()) {
         continue;  // no checkpoint: the same run in every mode
       }
@@ -83,11 +83,11 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
       s.name = "optimal " + text + suffix;
       s.planner = true;
       s.budget_text = text;
-      const PlanRequest request =
-          PlanRequest::of_budget(Budget::parse(text)).planner(PlannerOptions().mode(mode).memory_slots(slots));
+      PlanRequest request = PlanRequest::of_budget(Budget::parse(text));
+      request.options().planner(PlannerOptions().mode(mode).memory_slots(slots));
       std::optional<PlanResult> planned;
       try {
-        planned = models::gpt_choose_plan(request, layers, [costs](const ProfileOptions&) { return *costs; }).planned;
+        planned = make_plan(request, models::gpt_plan_subject(*costs));
       } catch (const c10::Error& e) {
         // The default budgets suit the reference model; on another the planner may find one
         // infeasible: say which flag sets them.
@@ -106,11 +106,11 @@ std::vector<Strategy> make_strategies(const ModelCosts* costs, int64_t layers, c
 
 ModelCosts strategy_costs(const StrategyFlags& flags) {
   const auto& options = flags.model.options;
-  if (!flags.profile_file.empty()) {
-    return load_profile_for(flags.profile_file, options);
+  if (!flags.planning.profile_file.empty()) {
+    return load_profile_for(flags.planning.profile_file, options);
   }
-  std::cerr << "profiling the GPT's stages (" << flags.repeats << " interleaved repeats)...\n";
-  return profile_model(options, flags.repeats,
+  std::cerr << "profiling the GPT's stages (" << flags.planning.repeats << " interleaved repeats)...\n";
+  return profile_model(options, flags.planning.repeats,
                        CheckpointMode::reentrant);  // the reentrant table: both modes' plans are costed on it
 }
 
@@ -136,8 +136,8 @@ CheckedStrategies check_strategy_flags(StrategyFlags& flags) {
   flags.model.apply_preset();
   // The files bench writes in --out: none may be the profile or the text it reads.
   for (const char* written : {"profile.json", "bench.json", "bench.csv", "report.md"}) {
-    refuse_output_over_input({{"--profile", flags.profile_file}, {"--data", flags.model.options.data_file}}, "--out",
-                             (std::filesystem::path(flags.out_dir) / written).string());
+    refuse_output_over_input({{"--profile", flags.planning.profile_file}, {"--data", flags.model.options.data_file}},
+                             "--out", (std::filesystem::path(flags.out_dir) / written).string());
   }
   flags.model.options.model.validate();
   CheckedStrategies checked{prepare_out_dir(flags.out_dir),
@@ -154,7 +154,7 @@ void add_strategy_flags(CLI::App& command, StrategyFlags& flags, const std::stri
   add_budget_option(command, flags.budgets, budget_help, /*empty_means_none=*/true)->capture_default_str();
   add_checkpoint_mode_option(command, flags.checkpoint_modes,
                              "Run every strategy in each of these checkpoint modes: reentrant, non-reentrant");
-  add_profile_options(command, flags.profile_file, flags.repeats, flags.slots);
+  flags.planning.add_to(command);
   command.add_option("--out", flags.out_dir, "Folder for the files written (created if missing)")
       ->capture_default_str()
       ->group("Output");

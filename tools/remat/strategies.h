@@ -19,9 +19,7 @@ struct StrategyFlags {
   ModelFlags model;
   std::vector<std::string> policies;
   std::vector<std::string> budgets;
-  std::string profile_file;
-  int repeats = 3;
-  int64_t slots = kDefaultMemorySlots;
+  PlanningFlags planning;
   std::string out_dir;
   bool no_plots = false;
   bool json = false;

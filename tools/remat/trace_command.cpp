@@ -19,7 +19,7 @@ namespace {
 
 void run_trace(StrategyFlags& flags) {
   const auto [out, policies, budgets] = check_strategy_flags(flags);
-  REMAT_CHECK(!budgets.empty() || flags.profile_file.empty(),
+  REMAT_CHECK(!budgets.empty() || flags.planning.profile_file.empty(),
               "--profile has no effect without --budget: `remat trace` ",
               "plans from a profile only for the budgets' optimal plans. Drop --profile, or give --budget.");
   const auto& options = flags.model.options;
@@ -27,7 +27,7 @@ void run_trace(StrategyFlags& flags) {
   std::optional<ModelCosts> costs;
   if (!budgets.empty()) costs = strategy_costs(flags);
   const auto strategies = make_strategies(costs ? &*costs : nullptr, options.model.layers(), policies, budgets,
-                                          flags.slots, flags.checkpoint_modes);
+                                          flags.planning.slots, flags.checkpoint_modes);
   install_cpu_memory_tracker();
   SampleModel sample = make_sample_model(options);
   std::cerr << "warming up " << strategies.size() << " strategies...\n";
@@ -68,7 +68,7 @@ void run_trace(StrategyFlags& flags) {
 
 void add_trace_command(CLI::App& app) {
   auto flags = std::make_shared<StrategyFlags>();
-  flags->policies = {"none", "block", "selective"};
+  flags->policies = {"none", "block", "core-attn"};
   flags->out_dir = "remat-trace";
   CLI::App* trace = app.add_subcommand(
       "trace", "Record and plot activation bytes over one training step (every allocation and free), per strategy");

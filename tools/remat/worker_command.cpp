@@ -93,7 +93,7 @@ class StepServer {
   // The request's plan on the chain of its granularity, chosen as every subcommand chooses one.
   std::pair<models::GptChain*, Plan> chosen(const PlanRequest& request) {
     models::GptChain& chain = chains_.of(models::gpt_request_granularity(request));
-    Plan plan = models::gpt_choose_plan(request, chain.model()->config().layers()).plan;
+    Plan plan = make_plan(request, models::gpt_plan_subject(chain.model()->config().layers())).plan;
     plan.bind_to(chain);
     return {&chain, std::move(plan)};
   }

@@ -42,8 +42,8 @@ void check_options(const TrainOptions& o) {
   REMAT_CHECK(o.warmup_steps >= 0, field("TrainOptions::warmup_steps"), " must be >= 0, got ", o.warmup_steps, ".");
   REMAT_CHECK(o.steps >= 0, field("TrainOptions::steps"), " must be >= 0, got ", o.steps, ".");
   REMAT_CHECK(o.threads >= 1, field("TrainOptions::threads"), " must be at least 1, got ", o.threads, ".");
-  REMAT_CHECK(o.plan.profile().repeats() >= 1, field("ProfileOptions::repeats"), " must be at least 1, got ",
-              o.plan.profile().repeats(), ".");
+  REMAT_CHECK(o.plan.options().profile().repeats() >= 1, field("ProfileOptions::repeats"), " must be at least 1, got ",
+              o.plan.options().profile().repeats(), ".");
   REMAT_CHECK(o.save_every >= 0, field("TrainOptions::save_every"), " must be >= 0 (0: no periodic saves), got ",
               o.save_every, ".");
   REMAT_CHECK(o.save_every == 0 || !o.save_dir.empty(), field("TrainOptions::save_every"), " needs ",
@@ -75,7 +75,8 @@ void check_fits_in_memory(const TrainOptions& o, const PlanRequest& request) {
   const double activations =
       request.kind() == PlanRequest::Kind::budget
           ? static_cast<double>(std::min(unchecked, request.budget().to_bytes(unchecked)))
-          : static_cast<double>(estimated.predict(models::gpt_choose_plan(request, o.model.layers()).plan).peak_bytes);
+          : static_cast<double>(
+                estimated.predict(make_plan(request, models::gpt_plan_subject(o.model.layers())).plan).peak_bytes);
   models::check_gpt_run_fits_in_memory(o.model, activations, /*optimizer_moments=*/2);  // AdamW
 }
 
@@ -172,7 +173,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   model_ = models::Gpt(options_.model);
   model_->train();
   chain_ = std::make_unique<models::GptChain>(model_, granularity);
-  choose_plan(request);
+  set_up_plan(request);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
   // The global batch: the same sequences at every step whatever the number of ranks.
@@ -195,7 +196,7 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   }
 }
 
-void Trainer::choose_plan(const PlanRequest& request) {
+void Trainer::set_up_plan(const PlanRequest& request) {
   const bool budget = request.kind() == PlanRequest::Kind::budget;
   micro_batch_ = options_.micro_batch > 0 ? options_.micro_batch : options_.batch;
   if (budget && rank_ != 0) {
@@ -209,30 +210,23 @@ void Trainer::choose_plan(const PlanRequest& request) {
     BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);
     const auto [tokens, targets] = first.next();
     PlanRequest micro_request = request;
-    std::optional<CostTable> micro_costs;
-    if (budget && options_.maximize_throughput) {
-      const ProfiledBatches profiled =
-          models::profile_gpt_batches(model_, tokens, targets, default_profile_batches(options_.batch),
-                                      ProfileOptions(request.profile()).mode(request.mode()));
-      const ThroughputChoice& choice = throughput_.emplace(plan_throughput(
-          profiled.costs_at(), options_.batch, request.budget(), ThroughputOptions().planner(request.planner())));
-      micro_batch_ = choice.chosen().micro_batch;
-      micro_costs = profiled.at(micro_batch_);
-      // The whole batch's budget in bytes, for the micro-batch's plan.
-      micro_request = PlanRequest::of_budget(Budget::bytes(choice.budget_bytes))
-                          .planner(request.planner())
-                          .profile(request.profile())
-                          .max_replans(request.max_replans());
-    }
     const at::Tensor micro_tokens = tokens.narrow(0, 0, micro_batch_),
                      micro_targets = targets.narrow(0, 0, micro_batch_);
-    const ChosenPlan chosen = models::gpt_choose_plan(
-        micro_request, options_.model.layers(),
-        [&](const ProfileOptions& profile) {
-          if (micro_costs) return models::GptCosts{*micro_costs};  // the throughput search's
-          return models::profile_gpt(model_, micro_tokens, micro_targets, profile);
-        },
-        models::gpt_measure_peak(model_, micro_tokens, micro_targets));
+    PlanSubject subject = models::gpt_plan_subject(model_, micro_tokens, micro_targets);
+    if (budget && options_.maximize_throughput) {
+      const PlanningOptions& planning = request.options();
+      const ProfiledBatches profiled = models::profile_gpt_batches(
+          model_, tokens, targets, default_profile_batches(options_.batch), planning.profile(), planning.mode());
+      const ThroughputChoice& choice = throughput_.emplace(plan_throughput(
+          profiled.costs_at(), options_.batch, request.budget(), ThroughputOptions().planner(planning.planner())));
+      micro_batch_ = choice.chosen().micro_batch;
+      // The whole batch's budget in bytes, for the micro-batch's plan, planned on the throughput
+      // search's table at that size and verified on the micro-batch.
+      micro_request = PlanRequest::of_budget(Budget::bytes(choice.budget_bytes)).options(planning);
+      subject = models::gpt_plan_subject(model_, tokens.narrow(0, 0, micro_batch_), targets.narrow(0, 0, micro_batch_))
+                    .costs(profiled.at(micro_batch_));
+    }
+    const PlanResult chosen = make_plan(micro_request, subject);
     plan_ = chosen.plan;
     plan_source_ = chosen.source;
     if (throughput_) {
@@ -240,7 +234,7 @@ void Trainer::choose_plan(const PlanRequest& request) {
                      std::to_string(micro_batch_) + " x " + std::to_string(options_.batch / micro_batch_) + ", " +
                      chosen.source;
     }
-    budget_plan_ = chosen.planned;
+    if (budget) budget_plan_ = chosen;
     if (budget && world_size_ > 1) options_.process_group->share("the plan", plan_.to_json());
   }
   plan_.bind_to(*chain_);
@@ -335,7 +329,7 @@ CompareResult Trainer::compare(int steps) {
   auto [batch_tokens, batch_targets] = local_batch(sampler_->next());
   // One micro-batch: what the plan was made for and each forward holds.
   const at::Tensor tokens = batch_tokens.narrow(0, 0, micro_batch_), targets = batch_targets.narrow(0, 0, micro_batch_);
-  const auto measured = models::gpt_measure_plans(model_, {plan_, Plan::plain(*chain_)}, tokens, targets, steps);
+  const auto measured = models::gpt_measure_plans(model_, {plan_, Plan::unchecked(*chain_)}, tokens, targets, steps);
   optimizer_->zero_grad();
   CompareResult result;
   result.plan_activation_peak_bytes = measured[0].activation_peak_bytes;

@@ -5,9 +5,9 @@
 // everything forward (a residual stream, a Sequential's module outputs), so keeping a(i) is all a
 // recompute from stage i+1 needs. Each stage lists the options it offers for what it keeps inside;
 // the names are the chain's own, and options[0] is the stage's default. Every stage of every chain
-// also accepts the generic option "sac" (kSelectiveOption): its default option run as a checkpoint
+// also accepts the generic option "sac" (kSacOption): its default option run as a checkpoint
 // under the compute-intensive selective policy (remat/checkpoint/selective.h), which the profiler measures and
-// the planner chooses like any other where ProfileOptions::selective_option asks for it.
+// the planner chooses like any other where ProfileOptions::sac_option asks for it.
 // `SequentialChain` (sequential_chain.h) makes any torch::nn::Sequential a chain.
 #pragma once
 
@@ -24,7 +24,7 @@ namespace remat {
 /// a non-reentrant checkpoint under save_compute_intensive() — its matrix products, convolutions and
 /// attention kept, its norms, activations, softmax and dropout recomputed in its backward. A stage
 /// that lists an option of this name itself runs its own.
-inline const char* const kSelectiveOption = "sac";
+inline const char* const kSacOption = "sac";
 
 struct StageInfo {
   std::string name;  ///< unique in the chain, e.g. "conv3" or "layer11"
@@ -71,11 +71,11 @@ class Chain {
   virtual std::vector<at::Tensor> stage_buffers(int64_t /*index*/) const { return {}; }
 
   int64_t size() const { return static_cast<int64_t>(stages().size()); }
-  /// The options stage `index` accepts: its own (StageInfo::options), then kSelectiveOption unless
+  /// The options stage `index` accepts: its own (StageInfo::options), then kSacOption unless
   /// it lists that itself.
   std::vector<std::string> accepted_options(int64_t index) const;
   /// Runs stage `index` with any accepted option: the chain's own through forward_stage (or
-  /// forward_stage_graph_only), kSelectiveOption generically.
+  /// forward_stage_graph_only), kSacOption generically.
   at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only = false);
   /// Number of blocks (the largest block index + 1).
   int64_t num_blocks() const;

@@ -49,12 +49,13 @@ struct Plan {
   /// themselves, for any chain.
   CheckpointMode mode = CheckpointMode::reentrant;
 
-  /// The plan that checkpoints nothing: every stage run normally with its default option. The one
-  /// builder of it; plain, CostTable::plain_plan and without_checkpoints call it.
+  /// The unchecked plan, which checkpoints nothing (the policy "none"): every stage run normally with
+  /// its default option. The one builder of it; the overload below, CostTable::unchecked_plan and
+  /// without_checkpoints call it.
   static Plan unchecked(std::string granularity, std::vector<std::string> stage_names,
                         std::vector<std::string> default_options, CheckpointMode mode = CheckpointMode::reentrant);
   /// Every stage of `chain` run normally with its default option.
-  static Plan plain(const Chain& chain);
+  static Plan unchecked(const Chain& chain);
   /// This plan's stages, granularity, mode and default options, nothing checkpointed.
   Plan without_checkpoints() const;
 

@@ -27,6 +27,9 @@ std::vector<PolicyDescription> policy_descriptions();
 
 /// True when `policy` names a generic policy (well formed or not: "every:x" is one, badly written).
 bool is_generic_policy(const std::string& policy);
+/// Throws for a policy spelled by another name of the unchecked plan ("plain", "unchecked",
+/// "no-checkpoint"), naming the one it has: "none". Every policy parser calls it first.
+void refuse_other_names_of_none(const std::string& policy);
 
 /// Throws a clear error unless `policy` is a well-formed generic policy ("every:0" is not).
 void check_policy(const std::string& policy);

@@ -2,7 +2,7 @@
 //
 //   torch::nn::Sequential net(...);                                    // your model
 //   remat::SequentialChain chain(net, [&](const at::Tensor& out) { return F::mse_loss(out, target); });
-//   remat::PlanResult p = remat::plan_for_budget(chain, x, "50%");      // budget_planner.h
+//   remat::PlanResult p = remat::make_plan(remat::PlanRequest::of_budget("50%"), {chain, x});  // make_plan.h
 //   at::Tensor loss = remat::run_plan(chain, p.plan, x);  loss.backward();
 //
 // Each module (or each group of consecutive modules, SequentialChainOptions::group_sizes) is a stage

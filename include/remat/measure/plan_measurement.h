@@ -89,7 +89,7 @@ struct TensorDifference {
 };
 
 /// One step unchecked and one under a plan, from the same RNG state, buffers and zeroed gradients.
-/// The unchecked step runs every stage with the plan's own option (Plan::plain with the plan's
+/// The unchecked step runs every stage with the plan's own option (Plan::unchecked with the plan's
 /// options), so what is verified is the checkpointing: stage options that compute differently
 /// by design (a fused kernel, another dropout generator) are their own stage's business, tested
 /// where they are defined.
@@ -107,5 +107,10 @@ struct PlanVerification {
 };
 
 PlanVerification verify_plan(Chain& chain, const Plan& plan, const at::Tensor& input);
+
+/// The activation peak of one training step of `plan` on `sample_input` (after a warm-up step),
+/// the model left as it was (gradients, buffers, RNG). A chain without a loss is back-propagated
+/// from a gradient of ones the size of its output, as a loss's gradient would be.
+int64_t measure_plan_peak(Chain& chain, const Plan& plan, const at::Tensor& sample_input);
 
 }  // namespace remat

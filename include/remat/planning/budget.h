@@ -3,7 +3,7 @@
 //   remat::Budget::bytes(512 << 20)     remat::Budget::percent(50)     remat::Budget::fraction(0.5)
 //   remat::Budget::parse("1.5GiB")      "50%"   (text converts implicitly: it says its unit)
 //
-// Integers do not convert: `plan_for_budget(chain, x, 50)` would have meant 50 bytes, so it does
+// Integers do not convert: `PlanRequest::of_budget(50)` would have meant 50 bytes, so it does
 // not compile; say Budget::bytes(50) or Budget::percent(50). A share is resolved against the
 // unchecked plan's predicted activation peak when a planner knows it (to_bytes).
 #pragma once

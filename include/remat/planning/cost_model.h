@@ -125,7 +125,9 @@ struct CostTable {
   void validate_against(const Chain& chain) const;
   /// The plan that checkpoints nothing, every stage with its default option, in `mode`: the names,
   /// granularity and default options every planner's plans take from the table.
-  Plan plain_plan(CheckpointMode mode = CheckpointMode::reentrant) const;
+  Plan unchecked_plan(CheckpointMode mode = CheckpointMode::reentrant) const;
+  /// Multiplies every time by `factor` (profiles taken at different moments put on one clock).
+  void scale_times(double factor);
 };
 
 /// What the simulator predicts for a plan.

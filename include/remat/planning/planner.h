@@ -5,8 +5,8 @@
 //   else std::cout << "needs at least " << r.least_feasible_budget_bytes << " bytes\n";
 //
 // Every planner answers with a PlanResult, a status: an impossible budget is a result, not an
-// exception (plan_for_budget in budget_planner.h is the throwing convenience, and
-// PlanResult::ensure_feasible turns a status into one). Plans take their stage names, granularity
+// exception (make_plan in remat/autoplan/make_plan.h, the front door that also profiles and
+// verifies, throws; PlanResult::ensure_feasible turns a status into one). Plans take their stage names, granularity
 // and default options from the cost table; run_plan checks them by name against the chain.
 //
 // The optimal planner is the dynamic program over nested segments of rotor (Beaumont et al. 2019)
@@ -47,8 +47,7 @@ enum class PlannerKind { optimal, revolve, chen, policy };
 /// "optimal", "revolve", "chen" or "policy".
 std::string to_string(PlannerKind kind);
 
-/// A plan timed against the rules of thumb nearest it, and the one kept (choose_by_measurement,
-/// budget_planner.h).
+/// A plan timed against the rules of thumb nearest it, and the one kept (make_plan).
 struct MeasuredChoice {
   struct Candidate {
     std::string name;  ///< "planned" for the planner's own plan, else the policy
@@ -71,30 +70,33 @@ struct MeasuredChoice {
 /// What a planner chose for one budget.
 struct PlanResult {
   PlannerKind planner = PlannerKind::optimal;
-  std::string name;       ///< the policy for PlannerKind::policy; otherwise to_string(planner)
+  std::string name;  ///< the policy for PlannerKind::policy; otherwise to_string(planner)
+  /// Where the plan came from, for reports (make_plan): "policy block", a plan file's path, or
+  /// "optimal for budget 50% = 12.0 MiB, predicted peak 11.8 MiB, measured ..., overhead 23%".
+  std::string source;
   bool feasible = false;  ///< predicted to fit the budget
   Plan plan;              ///< the choice; for the optimal planner empty when infeasible
   Prediction prediction;  ///< the simulator's, for `plan`
   Prediction unchecked;   ///< the simulator's, for the plan that checkpoints nothing
   /// In predicted bytes, or in measured ones where a share was resolved against the measured
-  /// unchecked peak (plan_for_budget): then the plan was chosen at that share of the predicted peak.
+  /// unchecked peak (make_plan on a chain): then the plan was chosen at that share of the predicted peak.
   int64_t budget_bytes = 0;
   /// The least budget for which this planner finds a plan (the predicted peak of its least-memory
   /// plan; for the optimal planner on a grid within 0.2% of that peak); -1 when it finds none.
   int64_t least_feasible_budget_bytes = -1;
   double solve_seconds = 0;
-  /// Where the plan was run to check it fits (plan_verified, budget_planner.h): its activation peak
+  /// Where the plan was run to check it fits (make_plan): its activation peak
   /// in one measured step; -1 when not measured. When verification finds no plan within the budget,
   /// `feasible` is false and least_feasible_budget_bytes is the least-memory plan's measured peak.
   int64_t measured_peak_bytes = -1;
   /// How many times verification planned again, each time for a budget lowered by the overshoot.
   int replans = 0;
   /// The unchecked step's activation peak as measured, where a share ("50%") was resolved against it
-  /// (plan_for_budget, Planned); -1 where the share was of the predicted peak (unchecked.peak_bytes).
+  /// (make_plan on a chain); -1 where the share was of the predicted peak (unchecked.peak_bytes).
   int64_t measured_unchecked_peak_bytes = -1;
   /// The CPU threads the costs were timed under (CostTable::threads); empty where unknown.
   std::string timed_under;
-  /// Where the plan was timed against its nearest rules of thumb (choose_by_measurement); its
+  /// Where the plan was timed against its nearest rules of thumb (make_plan); its
   /// `measured` is false where it was not.
   MeasuredChoice measured_choice;
 
@@ -107,7 +109,7 @@ struct PlanResult {
 };
 
 /// The fastest plan predicted to fit `budget` (a share is of the unchecked predicted peak: no step
-/// is run; plan_for_budget takes it of the measured one).
+/// is run; make_plan takes it of the measured one).
 PlanResult plan_optimal(const CostTable& costs, const Budget& budget, const PlannerOptions& options = {});
 
 /// The least budget for which the optimal planner finds a plan (bytes, within 0.2%); -1 when none.

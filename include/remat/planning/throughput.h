@@ -1,9 +1,8 @@
 // remat/planning/throughput.h — the most samples per second under a memory budget: the micro-batch is
 // chosen with the plan, gradient accumulation making up the global batch. It answers "when
-// checkpointing costs too much, lower the batch or accept slower training?" by measurement.
+// checkpointing costs too much, lower the batch or accept slower training?" from cost tables at
+// several batch sizes (profiled by remat/measure/batch_profiles.h, which also runs the frontier).
 //
-//   auto sample = [&](int64_t b) { return images.narrow(0, 0, b); };
-//   auto profiled = remat::profile_batches(chain, sample, remat::default_profile_batches(16));  // 16, 4, 1
 //   remat::ThroughputChoice c = remat::plan_throughput(profiled.costs_at(), /*global_batch=*/16, "50%");
 //   const remat::MicroBatchChoice& best = c.chosen();   // e.g. micro-batch 8 × 2 steps, its plan
 //   std::cout << best.micro_batch << " x " << best.accumulation << ": " << best.planned.plan.to_string() << "\n";
@@ -27,9 +26,7 @@
 #include <torch/arg.h>
 
 #include "remat/planning/budget.h"
-#include "remat/measure/plan_measurement.h"
 #include "remat/planning/planner.h"
-#include "remat/planning/profiler.h"
 
 namespace remat {
 
@@ -80,28 +77,6 @@ struct ThroughputChoice {
 ThroughputChoice plan_throughput(const CostsAtBatch& costs_at, int64_t global_batch, const Budget& budget,
                                  const ThroughputOptions& options = {});
 
-/// One micro-batch's plan and, where it fits, the unchecked plan, as run.
-struct MeasuredMicroBatch {
-  int64_t micro_batch = 0;
-  PlanMeasurement planned;                   ///< the frontier's plan (absent where none fits)
-  std::optional<PlanMeasurement> unchecked;  ///< where checkpointing nothing fits the budget
-  double samples_per_second = 0, unchecked_samples_per_second = 0;
-};
-
-/// A plan to run at a micro-batch size, for measure_frontier.
-struct MicroBatchRun {
-  int64_t micro_batch = 0;
-  Plan plan;
-};
-/// Measures every run in one interleaved series (measure_runs, one chain and input per micro-batch):
-/// throughputs at different micro-batches are compared, so they must see the same machine.
-using MeasureMicroBatches = std::function<std::vector<PlanMeasurement>(const std::vector<MicroBatchRun>& runs)>;
-
-/// Runs the frontier: at each micro-batch, its plan and (where it fits) the unchecked plan, all in
-/// one `measure` call. Samples per second are micro-batch / median step; the optimizer's update,
-/// once per global batch whatever the micro-batch, is not included.
-std::vector<MeasuredMicroBatch> measure_frontier(const ThroughputChoice& choice, const MeasureMicroBatches& measure);
-
 /// A cost table at `batch` from tables of one chain profiled at other batch sizes (two or more,
 /// distinct): each byte and time figure linear between the two profiled sizes around `batch` (beyond
 /// them, along the nearest two; bytes rounded up, nothing below zero). Profiled sizes return their
@@ -115,29 +90,6 @@ struct InterpolationCheck {
   int64_t worst_batch = 0;  ///< the size the larger error was found at; 0 when there are no interior sizes
 };
 InterpolationCheck check_interpolation(const std::vector<std::pair<int64_t, CostTable>>& profiled);
-
-/// Profiles `chain` at each of `batches` on `sample_of_batch(b)` (the chain's loss, if any, must
-/// accept outputs of any batch size; the function is called before every run at that size), aligns
-/// their times (align_step_times) and answers any batch size with interpolate_costs.
-struct ProfiledBatches {
-  std::vector<std::pair<int64_t, CostTable>> tables;
-  /// What align_step_times multiplied each table's times by (1 where not aligned).
-  std::vector<double> time_scales;
-  CostTable at(int64_t batch) const { return interpolate_costs(tables, batch); }
-  CostsAtBatch costs_at() const {
-    return [tables = tables](int64_t batch) { return interpolate_costs(tables, batch); };
-  }
-};
-ProfiledBatches profile_batches(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
-                                const std::vector<int64_t>& batches, const ProfileOptions& options = {});
-
-/// Profiles taken one after another see the machine at different moments (on a shared machine, ten
-/// percent apart), and cross-size choices compare them. Each size's unchecked step is measured in one
-/// interleaved series (measure_runs, max(3, repeats) rounds; the chain must end in a scalar loss), and each table's times
-/// are scaled so that its predicted unchecked step equals that measured step: the profiles keep
-/// their proportions within a size and share one clock across sizes.
-void align_step_times(Chain& chain, const std::function<at::Tensor(int64_t batch)>& sample_of_batch,
-                      ProfiledBatches& profiled, const ProfileOptions& options = {});
 
 /// The batch sizes worth profiling for a global batch G: G, the divisor of G nearest √G, and 1
 /// (distinct ones): the ends of the micro-batches plan_throughput searches, and one between.

@@ -25,12 +25,12 @@ struct EstimateOptions {
   /// Bytes per dropout-mask element: 1 as in Megatron's fused kernels; LibTorch 1.13's CPU dropout
   /// keeps a noise tensor of the activation dtype instead (pass 0 to use the element size).
   int64_t dropout_mask_bytes = 1;
-  /// Also price the generic stage option "sac" (kSelectiveOption, remat/chain/chain.h) on every
-  /// stage, as ProfileOptions::selective_option makes the profiler measure it: the stage's default
+  /// Also price the generic stage option "sac" (kSacOption, remat/chain/chain.h) on every
+  /// stage, as ProfileOptions::sac_option makes the profiler measure it: the stage's default
   /// run under save_compute_intensive(), keeping the outputs of its matrix products (QKV, QK^T, P·V,
   /// the projections, fc1, fc2, the head) and recomputing its norms, activations, softmax, masks
   /// and dropout in its backward. Plans and policies naming sac (the policy sac) are costed on it.
-  bool selective_option = true;
+  bool sac_option = true;
 
   /// As LibTorch runs the model here: fp32, half blocks, dropout noise of the activation dtype.
   static EstimateOptions as_run_by_libtorch(int64_t batch) {

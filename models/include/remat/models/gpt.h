@@ -11,10 +11,11 @@
 // Attention computes explicit scores (B,NH,T,T), a causal mask, softmax and attention dropout.
 // Stage options (what a stage keeps inside):
 //   full           everything its operations save
-//   selective      Megatron-style: recompute softmax(QK^T)·V from q, k, v in backward
+//   core-attn      Megatron-LM's selective recomputation of the core attention: recompute
+//                  softmax(QK^T)·V from q, k, v in backward (once named "selective")
 //   matmul-inputs  recompute LayerNorm and GELU outputs (cheap) for the matmuls that consume them
 //                  instead of keeping them (fused_ops.h); softmax stays, since its backward needs
-//                  its output and recomputing it pays only with P·V recomputed too (selective)
+//                  its output and recomputing it pays only with P·V recomputed too (core-attn)
 //   fused          recompute inside operations: attention by remat::ops::attention (keeps q, k, v,
 //                  its output and a log-sum-exp per row, no (B,NH,T,T) tensor) and every dropout of
 //                  the stage by remat::ops::dropout (a seed instead of a mask)
@@ -41,7 +42,7 @@
 namespace remat::models {
 
 /// What a block keeps inside (see the stage options above).
-enum class Keep { full, selective, matmul_inputs, fused, fused_matmul_inputs };
+enum class Keep { full, core_attn, matmul_inputs, fused, fused_matmul_inputs };
 
 /// The one table of the GPT's stage options: their names (as plans, cost tables and policies spell
 /// them), which halves offer them and what each trades; parsing, the chain's stages, the option
@@ -58,7 +59,8 @@ const std::vector<KeepOption>& keep_options();
 const KeepOption& keep_option(Keep keep);
 /// The option's name ("matmul-inputs").
 const char* to_string(Keep keep);
-/// The option named `option`; a clear error listing the names for any other.
+/// The option named `option`; a clear error listing the names for any other, and naming the new
+/// name of an option renamed ("selective" is "core-attn": "selective" is per-operator checkpointing).
 Keep parse_keep(const std::string& option);
 /// The names of the options a stage offers: a block or attention half all, an MLP half those not
 /// attention-only.

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "remat/measure/batch_profiles.h"
 #include "remat/measure/plan_measurement.h"
-#include "remat/planning/plan_request.h"
+#include "remat/autoplan/make_plan.h"
 #include "remat/planning/planner.h"
-#include "remat/planning/throughput.h"
 #include "remat/models/gpt.h"
 
 namespace remat::models {
@@ -23,9 +23,10 @@ struct GptCosts {
   int64_t unchecked_peak_bytes() const { return unchecked().peak_bytes; }
 };
 
-/// Profiles `model` (half-block chain) on one batch.
+/// Profiles `model` (half-block chain) on one batch, for plans in `mode`.
 GptCosts profile_gpt(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
-                     const ProfileOptions& options = budget_profile_options());
+                     const ProfileOptions& options = PlanningOptions().profile(),
+                     CheckpointMode mode = CheckpointMode::reentrant);
 
 /// A cost table's JSON (CostTable::to_json of a half-block GPT profile), checked to be one;
 /// `source` names it in errors.
@@ -39,22 +40,21 @@ void check_gpt_costs(const GptCosts& costs, const GptConfig& config, int64_t bat
 /// it is not a GPT's), or half for a budget (plans are made on the half-block table).
 GptGranularity gpt_request_granularity(const PlanRequest& request);
 
-/// The half-block table of a GPT, profiled with the request's profile options or estimated.
-using GptCostSource = std::function<GptCosts(const ProfileOptions&)>;
-
-/// choose_plan on a GPT of `layers` layers: its own and the generic policies, and `costs` (called
-/// only for a budget), the budget's plan verified with `measure_peak` where given (gpt_measure_peak).
-ChosenPlan gpt_choose_plan(const PlanRequest& request, int64_t layers, const GptCostSource& costs = nullptr,
-                           const MeasurePeak& measure_peak = nullptr);
+/// What make_plan plans for a GPT of `layers` layers with nothing to run: its own and the generic
+/// policies, either granularity (gpt_policy_plan), and plans given.
+PlanSubject gpt_plan_subject(int64_t layers);
+/// As above, and a budget planned on `costs` alone (estimated or loaded), its prediction trusted.
+PlanSubject gpt_plan_subject(const GptCosts& costs);
+/// As above, on `model` and one batch: its half-block chain (targets set) profiled, and a budget's
+/// plan verified and timed against the nearest rules of thumb on it.
+PlanSubject gpt_plan_subject(Gpt model, at::Tensor tokens, at::Tensor targets);
 
 /// Profiles `model` (half-block chain) at each of `batches`, on the first rows of `tokens` and
 /// `targets`, for plan_throughput (remat/planning/throughput.h).
 ProfiledBatches profile_gpt_batches(Gpt model, const at::Tensor& tokens, const at::Tensor& targets,
                                     const std::vector<int64_t>& batches,
-                                    const ProfileOptions& options = budget_profile_options());
-
-/// Measures a half-block plan's activation peak on `model` with one batch (measure_plan_peak).
-MeasurePeak gpt_measure_peak(Gpt model, at::Tensor tokens, at::Tensor targets);
+                                    const ProfileOptions& options = PlanningOptions().profile(),
+                                    CheckpointMode mode = CheckpointMode::reentrant);
 
 /// The GPT's policies worth comparing, generic and its own, without ",skip-ends" (the one list:
 /// planners' comparisons and `remat bench`'s defaults derive from it).

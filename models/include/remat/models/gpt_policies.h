@@ -3,7 +3,7 @@
 //
 //   none  block  every:K  segments:K  sqrt           (generic, on whole blocks)
 //   ffn  attn  ffn+attn                              (half-blocks: GptGranularity::half)
-//   selective  matmul-inputs                         (stage options, no segments)
+//   core-attn  matmul-inputs                         (stage options, no segments)
 //   and any of them with ",skip-ends"
 #pragma once
 

@@ -14,8 +14,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "remat/memory/memory.h"
-
 namespace remat {
 
 /// A column: its key (CSV header, JSON field) and its title (table and Markdown header). A plain

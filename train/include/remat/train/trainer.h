@@ -17,7 +17,7 @@
 #include <torch/optim/adamw.h>
 
 #include "remat/base/threads.h"
-#include "remat/planning/plan_request.h"
+#include "remat/autoplan/make_plan.h"
 #include "remat/planning/planner.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_planning.h"
@@ -37,8 +37,9 @@ struct TrainOptions {
   double weight_decay = 0.01;
   int64_t steps = 100;  ///< steps this run performs (a resumed run continues its count)
   /// The plan the run trains under: a GPT policy (models/gpt_policies.h), a saved plan
-  /// (PlanRequest::of_plan_file) or the optimal plan for an activation budget, profiled on the
-  /// run's first batch; with its checkpoint mode, the planner's grid and the profile's repeats.
+  /// (PlanRequest::of_plan_file) or the optimal plan for an activation budget, made by make_plan on
+  /// the run's first batch (profiled, verified, timed against the nearest rules of thumb); with its
+  /// checkpoint mode and how it is made (PlanRequest::options).
   PlanRequest plan = PlanRequest::of_policy("none");
   /// Sequences per forward and backward: each step's `batch` runs as batch / micro_batch
   /// micro-batches whose gradients add up (each loss scaled by micro_batch / batch) to the
@@ -130,7 +131,7 @@ class Trainer {
   std::unique_ptr<distributed::GradientSynchronizer> synchronizer_;
   /// Sets plan_ and plan_source_ from the request and binds the plan; for a budget rank 0 profiles,
   /// plans and verifies the plan on the run's first batch, and the other ranks receive its plan.
-  void choose_plan(const PlanRequest& request);
+  void set_up_plan(const PlanRequest& request);
   int64_t micro_batch_ = 0;
   std::optional<ThroughputChoice> throughput_;
   /// This rank's slice of a global batch.

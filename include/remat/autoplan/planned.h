@@ -1,0 +1,84 @@
+// remat/autoplan/planned.h — a Sequential that plans its own checkpointing under a memory budget.
+//
+//   remat::Planned net(torch::nn::Sequential(...), "50%");   // or remat::Budget::bytes(512 << 20)
+//   auto y = net->forward(x);        // first forward in training mode: profile, plan, then run
+//   std::cout << net->plan().to_string();                      // what it keeps, what it recomputes
+//
+// Calibration profiles the modules on a sample batch (explicitly with calibrate(), or on the first
+// forward in training mode) and plans through make_plan (make_plan.h: the optimal plan, verified,
+// timed against the nearest rules of thumb); every training forward then runs under that plan. The plan is valid for one input shape, dtype and device: a
+// forward on another is an error naming both shapes, unless PlannedOptions::replan_on_new_shape is
+// set, in which case it calibrates again. In evaluation mode or without grad it runs plainly.
+// Parameter and buffer names are the Sequential's own ("0.weight"), so state files load either way.
+// The modules are those the Sequential had when the Planned was made: a module appended, removed or
+// replaced afterwards is refused at the next forward or calibration (build a new Planned). A sample
+// batch without elements (0 rows) is refused: nothing can be measured on it. The first training
+// forward may run inside a checkpoint's forward or recompute (remat::checkpoint(... planned->forward
+// ...)): it calibrates on a thread of its own, outside the checkpoint, then runs under the plan.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/pimpl.h>
+
+#include "remat/autoplan/make_plan.h"
+#include "remat/chain/sequential_chain.h"
+
+namespace remat {
+
+struct PlannedOptions {
+  /// How the plan is made: the checkpoint mode, profiling repeats, the memory grid, verification.
+  TORCH_ARG(PlanningOptions, planning) = {};
+  /// Consecutive modules per stage (SequentialChainOptions::group_sizes); empty: one each.
+  TORCH_ARG(std::vector<int64_t>, group_sizes) = {};
+  /// On an input of another shape, dtype or device: plan again (true) or refuse (false).
+  TORCH_ARG(bool, replan_on_new_shape) = false;
+};
+
+class PlannedImpl : public torch::nn::Module {
+ public:
+  PlannedImpl(torch::nn::Sequential sequential, Budget budget, PlannedOptions options = {});
+
+  /// Training mode with grad: runs under the plan (calibrating first if needed); otherwise plainly.
+  at::Tensor forward(const at::Tensor& input);
+
+  /// Profiles on `sample_input` (a batch with at least one element) and plans for the budget;
+  /// returns the result. Call it outside any checkpoint (forward calibrates outside by itself).
+  const PlanResult& calibrate(const at::Tensor& sample_input);
+  bool calibrated() const { return result_.has_value(); }
+  /// The plan and its prediction (with the threads it was timed under, PlanResult::timed_under,
+  /// and the measured choice); throws before calibration.
+  const PlanResult& budget_plan() const;
+  const Plan& plan() const { return budget_plan().plan; }
+  const Budget& budget() const { return budget_; }
+  /// The chain the plan runs on (one stage per module or group; no loss stage).
+  SequentialChain& chain() { return *chain_; }
+  torch::nn::Sequential sequential() const { return sequential_; }
+
+  void train(bool on = true) override;
+  void pretty_print(std::ostream& stream) const override;
+
+ private:
+  /// Throws unless the Sequential holds the modules it held when this Planned was made.
+  void check_modules(const char* who) const;
+  /// calibrate(), on a thread of its own: no checkpoint or backward of the caller's thread around it.
+  void calibrate_outside(const at::Tensor& sample_input);
+
+  torch::nn::Sequential sequential_;
+  std::vector<const torch::nn::Module*> modules_;  ///< the Sequential's, when this Planned was made
+  std::shared_ptr<SequentialChain> chain_;
+  Budget budget_;
+  PlannedOptions options_;
+  std::optional<PlanResult> result_;
+  std::vector<int64_t> calibrated_sizes_;
+  at::ScalarType calibrated_dtype_ = at::kFloat;
+  c10::Device calibrated_device_ = c10::kCPU;
+};
+
+TORCH_MODULE(Planned);
+
+}  // namespace remat
