@@ -150,7 +150,7 @@ PlanResult make_plan(const PlanRequest& request, const PlanSubject& subject) {
   result.name = request.name();
   if (subject.check_plans_) {
     subject.check_plans_(result.plan);
-  } else if (subject.chain() != nullptr && !subject.has_own_policies()) {
+  } else if (subject.chain() != nullptr && !subject.policies_) {
     // A model's own policies may be of another granularity than the chain planned on (block plans
     // beside a chain of half blocks): then it gives its own check.
     result.plan.validate_against(*subject.chain());

@@ -150,7 +150,6 @@ class PlanSubject {
   Chain* chain() const { return chain_; }
   const at::Tensor& sample_input() const { return sample_input_; }
   const std::optional<CostTable>& given_costs() const { return costs_; }
-  bool has_own_policies() const { return static_cast<bool>(policies_); }
   /// The policy's plan, by the builder given or policy_plan on the chain.
   Plan policy_plan(const std::string& policy) const;
 
