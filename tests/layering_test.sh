@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The layers speak only their own words: the core (src/, include/remat/) names no model of ours —
-# no GPT, attention or MLP halves, no GPT stage options ("selective" is the GPT's Megatron option; selective
+# no GPT, attention or MLP halves, no GPT stage options (core-attn, matmul-inputs; selective
 # checkpointing per operator is the core's own) — and no message thrown below tools/
 # (src/, include/, models/, train/) names a command-line flag: the CLI maps fields to flags.
 set -u
 # The rooms: include/remat/<room>/ mirrored by src/<room>/; see may_include below.
 root=${1:?usage: layering_test.sh SOURCE_DIR}
 status=0
-model_words=$(grep -rniE 'gpt|attn|ffn|\bmlp\b|"selective"|matmul-inputs|"half"' "$root/src" "$root/include/remat")
+model_words=$(grep -rniE 'gpt|attn|ffn|\bmlp\b|matmul-inputs|"half"' "$root/src" "$root/include/remat")
 if [ -n "$model_words" ]; then
   echo "GPT vocabulary in the core:"; echo "$model_words"; status=1
 fi

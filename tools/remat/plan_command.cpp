@@ -99,7 +99,9 @@ std::vector<BudgetPlans> plan_budgets(const ModelCosts& costs, const std::vector
         sample ? models::gpt_plan_subject(sample->model, sample->tokens, sample->targets).costs(costs.half)
                : models::gpt_plan_subject(costs);
     BudgetPlans r{text, make_plan(request, subject), {}};
-    r.others = models::gpt_compare_planners(costs, Budget::bytes(r.optimal.budget_bytes), request.options().planner());
+    // The others are predicted, as the optimal plan was chosen: at the budget's share of the
+    // predicted unchecked peak (the optimal plan's budget_bytes is in measured bytes where verified).
+    r.others = models::gpt_compare_planners(costs, Budget::parse(text), request.options().planner());
     results.push_back(std::move(r));
   }
   return results;
@@ -107,7 +109,8 @@ std::vector<BudgetPlans> plan_budgets(const ModelCosts& costs, const std::vector
 
 // Prints the budget's optimal plan beside every other planner and policy; returns the budget's JSON.
 nlohmann::json print_budget_result(const BudgetPlans& r, std::ostream& out) {
-  out << "\nbudget " << r.text << " = " << format_bytes(r.optimal.budget_bytes) << " (least feasible "
+  out << "\nbudget " << r.text << " = " << format_bytes(r.optimal.budget_bytes)
+      << (r.optimal.measured_unchecked_peak_bytes >= 0 ? " of the measured unchecked peak" : "") << " (least feasible "
       << format_bytes(r.optimal.least_feasible_budget_bytes) << "; planned in "
       << fixed(r.optimal.solve_seconds * 1e3, 1) << " ms)\n  optimal plan: " << r.optimal.plan.to_string()
       << "\n  predicted activation peak " << format_bytes(r.optimal.prediction.peak_bytes) << ", step "
@@ -122,8 +125,11 @@ nlohmann::json print_budget_result(const BudgetPlans& r, std::ostream& out) {
   if (!r.optimal.measured_choice.reason.empty())
     out << "  measured choice: " << r.optimal.measured_choice.reason << "\n";
   Table table({"strategy", "predicted peak", "fits", "predicted overhead"});
+  const MeasuredChoice& choice = r.optimal.measured_choice;
+  const std::string chosen =
+      choice.measured && choice.chosen > 0 ? "measured choice: " + choice.candidates[choice.chosen].name : "optimal";
   table.add_row(
-      {"optimal", format_bytes(r.optimal.prediction.peak_bytes), "yes", percent(r.optimal.predicted_overhead())});
+      {chosen, format_bytes(r.optimal.prediction.peak_bytes), "yes", percent(r.optimal.predicted_overhead())});
   nlohmann::json policies = nlohmann::json::array();
   for (const auto& o : r.others) {
     const bool has_plan = !o.plan.stage_names.empty();

@@ -31,8 +31,7 @@ struct SeededStep {
 SeededStep seeded_step(SampleModel& sample, Chain& chain, const Plan& plan, uint64_t seed);
 
 /// Profiles the GPT of `options` (half-block chain) on a batch of its corpus.
-/// The GPT's half-block profile on the options' sample batch; segment ends costed for the options'
-/// checkpoint mode (ProfileOptions::mode).
+/// The GPT's half-block profile on the options' sample batch; segment ends costed for `mode`.
 ModelCosts profile_model(const train::TrainOptions& options, int repeats, CheckpointMode mode);
 void save_profile(const ModelCosts& costs, const std::string& path);
 /// A saved profile, checked to describe the GPT and batch of `options`.

@@ -13,7 +13,8 @@
 // lower budget while the measured peak passes) → measured choice (the plan timed against the rules
 // of thumb the cost model cannot tell from it, the fastest kept). On a cost table alone (estimated,
 // loaded), the prediction is trusted. A share ("50%") is of the unchecked step's activation peak as
-// measured where a chain is given (PlanResult::measured_unchecked_peak_bytes), else as predicted.
+// measured where the plan is verified (a chain given; PlanResult::measured_unchecked_peak_bytes),
+// else as predicted.
 // An impossible budget throws, naming the least feasible one. Profiling and measuring leave the
 // model's gradients, buffers and RNG streams as they were.
 #pragma once
@@ -69,7 +70,8 @@ struct PlanningOptions {
   /// option "sac" (kSacOption, chain.h) on every stage, so the planner can choose it where it pays.
   TORCH_ARG(ProfileOptions, profile) = ProfileOptions().sac_option(true);
   /// Plans again at most this many times when the plan's measured peak passes the budget; -1: do not
-  /// measure (trust the prediction).
+  /// verify (trust the predicted peak; a share is then of the predicted unchecked peak). The
+  /// measured choice, which times steps, is turned off on its own: choice().when(never).
   TORCH_ARG(int, max_replans) = kDefaultMaxReplans;
   /// The verified plan timed against the nearest rules of thumb, the fastest kept.
   TORCH_ARG(MeasuredChoiceOptions, choice) = {};

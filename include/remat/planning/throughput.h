@@ -3,6 +3,7 @@
 // checkpointing costs too much, lower the batch or accept slower training?" from cost tables at
 // several batch sizes (profiled by remat/measure/batch_profiles.h, which also runs the frontier).
 //
+//   auto profiled = remat::profile_batches(chain, sample, remat::default_profile_batches(16));  // measure/
 //   remat::ThroughputChoice c = remat::plan_throughput(profiled.costs_at(), /*global_batch=*/16, "50%");
 //   const remat::MicroBatchChoice& best = c.chosen();   // e.g. micro-batch 8 × 2 steps, its plan
 //   std::cout << best.micro_batch << " x " << best.accumulation << ": " << best.planned.plan.to_string() << "\n";
