@@ -60,11 +60,18 @@ PlanSubject::PlanSubject(Chain& chain, at::Tensor sample_input)
               "PlanSubject: the sample input is undefined; give a batch of the model's input.");
 }
 
+namespace {
+
+Chain& non_null(const std::shared_ptr<Chain>& chain) {
+  REMAT_CHECK(chain != nullptr, "PlanSubject: the chain is null.");
+  return *chain;
+}
+
+}  // namespace
+
 PlanSubject::PlanSubject(std::shared_ptr<Chain> chain, at::Tensor sample_input)
-    : owned_(std::move(chain)), chain_(owned_.get()), sample_input_(std::move(sample_input)) {
-  REMAT_CHECK(chain_ != nullptr, "PlanSubject: the chain is null.");
-  REMAT_CHECK(sample_input_.defined(),
-              "PlanSubject: the sample input is undefined; give a batch of the model's input.");
+    : PlanSubject(non_null(chain), std::move(sample_input)) {
+  owned_ = std::move(chain);
 }
 
 PlanSubject::PlanSubject(CostTable costs) : costs_(std::move(costs)) {}
@@ -116,7 +123,7 @@ PlanResult plan_budget(const PlanRequest& request, const PlanSubject& subject) {
   const CostTable costs = subject.given_costs()
                               ? *subject.given_costs()
                               : profile_chain(*chain, subject.sample_input(), options.profile(), options.mode());
-  if (chain != nullptr) costs.validate_against(*chain);
+  if (chain != nullptr && subject.given_costs()) costs.validate_against(*chain);  // a profile is the chain's
   const bool verify = chain != nullptr && options.max_replans() >= 0;
   PlanResult result = verify ? plan_verified(*chain, costs, subject.sample_input(), request.budget(), options.planner(),
                                              options.max_replans())

@@ -210,9 +210,7 @@ void Trainer::set_up_plan(const PlanRequest& request) {
     BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);
     const auto [tokens, targets] = first.next();
     PlanRequest micro_request = request;
-    const at::Tensor micro_tokens = tokens.narrow(0, 0, micro_batch_),
-                     micro_targets = targets.narrow(0, 0, micro_batch_);
-    PlanSubject subject = models::gpt_plan_subject(model_, micro_tokens, micro_targets);
+    std::optional<CostTable> micro_costs;
     if (budget && options_.maximize_throughput) {
       const PlanningOptions& planning = request.options();
       const ProfiledBatches profiled = models::profile_gpt_batches(
@@ -223,9 +221,11 @@ void Trainer::set_up_plan(const PlanRequest& request) {
       // The whole batch's budget in bytes, for the micro-batch's plan, planned on the throughput
       // search's table at that size and verified on the micro-batch.
       micro_request = PlanRequest::of_budget(Budget::bytes(choice.budget_bytes)).options(planning);
-      subject = models::gpt_plan_subject(model_, tokens.narrow(0, 0, micro_batch_), targets.narrow(0, 0, micro_batch_))
-                    .costs(profiled.at(micro_batch_));
+      micro_costs = profiled.at(micro_batch_);
     }
+    PlanSubject subject =
+        models::gpt_plan_subject(model_, tokens.narrow(0, 0, micro_batch_), targets.narrow(0, 0, micro_batch_));
+    if (micro_costs) subject.costs(std::move(*micro_costs));
     const PlanResult chosen = make_plan(micro_request, subject);
     plan_ = chosen.plan;
     plan_source_ = chosen.source;
