@@ -378,3 +378,41 @@ TEST(SequentialChain, RunPlanNeedsItsChainUntilBackwardAndSaysSoWhenItIsGone) {
   EXPECT_TRUE(of_copy.expired());
   EXPECT_FALSE(original.lifetime().expired());
 }
+
+// A stage run with the generic option "sac" outside any segment is a selective checkpoint of its own:
+// its recompute, in backward, needs the chain as a segment's does (a Planned module gone before
+// backward ran such a plan's recompute on a destroyed chain: "pure virtual method called").
+TEST(SequentialChain, RunPlanHoldsItsChainForAStageRunWithTheGenericSelectiveOption) {
+  nn::Sequential net = mlp(2);
+  const at::Tensor x = torch::randn({4, 32}, torch::requires_grad());
+  auto sac_plan = [](const remat::Chain& chain) {
+    Plan plan = Plan::unchecked(chain);
+    plan.mode = remat::CheckpointMode::non_reentrant;
+    for (auto& option : plan.options) option = remat::kSacOption;
+    return plan;
+  };
+  std::vector<std::pair<std::string, at::Tensor>> reference;
+  {
+    remat::SequentialChain chain(net);
+    torch::manual_seed(1);
+    remat::run_plan(chain, Plan::unchecked(chain), x).sum().backward();
+    reference = remat::testing::parameter_grads(*net);
+  }
+  net->zero_grad();
+  at::Tensor held;
+  {
+    auto chain = std::make_shared<remat::SequentialChain>(net);
+    torch::manual_seed(1);
+    held = remat::run_plan(chain, sac_plan(*chain), x);
+  }
+  held.sum().backward();
+  remat::testing::expect_same_grads(reference, remat::testing::parameter_grads(*net));
+
+  net->zero_grad();
+  at::Tensor orphaned;
+  {
+    remat::SequentialChain chain(net);
+    orphaned = remat::run_plan(chain, sac_plan(chain), x);
+  }
+  REMAT_EXPECT_ERROR(orphaned.sum().backward(), "the chain was destroyed before backward recomputed stage");
+}

@@ -20,7 +20,8 @@ std::vector<std::string> Chain::accepted_options(int64_t index) const {
   return options;
 }
 
-at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only) {
+at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only,
+                            std::shared_ptr<const void> owner) {
   const StageInfo& info = stages().at(static_cast<size_t>(index));
   const bool own = std::find(info.options.begin(), info.options.end(), option) != info.options.end();
   if (own || option != kSacOption) {
@@ -29,8 +30,17 @@ at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::s
   // One policy for every call: the preset's set of names is built once.
   static const SelectivePolicy policy = save_compute_intensive();
   const std::string default_option = info.options.at(0);
+  std::weak_ptr<const void> alive = alive_;
   return checkpoint(
-      [this, index, default_option](const at::Tensor& x) { return forward_stage(index, x, default_option); }, input,
+      [this, index, default_option, alive, owner = std::move(owner), name = info.name](const at::Tensor& x) {
+        // A chain made in a function that returns the loss is gone by backward: say so, rather
+        // than call into freed memory.
+        REMAT_CHECK(!alive.expired(), "the chain was destroyed before backward recomputed stage '", name, "' (option ",
+                    kSacOption, "): keep the chain alive until backward has run, or give run_plan a ",
+                    "std::shared_ptr to it, which it holds until then.");
+        return forward_stage(index, x, default_option);
+      },
+      input,
       CheckpointOptions()
           .mode(CheckpointMode::non_reentrant)
           .selective(policy)

@@ -194,7 +194,7 @@ at::Tensor run_item(const std::shared_ptr<const PlanRun>& run, const PlanItem& i
                     bool graph_only) {
   Chain& chain = *run->chain;
   const Plan& plan = run->plan;
-  if (item.is_stage()) return chain.run_stage(item.stage, x, plan.options[item.stage], graph_only);
+  if (item.is_stage()) return chain.run_stage(item.stage, x, plan.options[item.stage], graph_only, run->owner);
   const std::vector<PlanItem>* segment = &item.segment;  // lives in run->plan, which the lambda holds
   const auto [first, last] = stage_range(*segment);
   std::string name = plan.stage_names[first] + (first == last ? "" : ".." + plan.stage_names[last]);

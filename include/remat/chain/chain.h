@@ -75,8 +75,11 @@ class Chain {
   /// it lists that itself.
   std::vector<std::string> accepted_options(int64_t index) const;
   /// Runs stage `index` with any accepted option: the chain's own through forward_stage (or
-  /// forward_stage_graph_only), kSacOption generically.
-  at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only = false);
+  /// forward_stage_graph_only), kSacOption generically, as a selective checkpoint whose recompute
+  /// runs in backward: it holds `owner` (the chain's owner, where the caller has one) until then, and
+  /// is a clear error if the chain is gone by then.
+  at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only = false,
+                       std::shared_ptr<const void> owner = nullptr);
   /// Number of blocks (the largest block index + 1).
   int64_t num_blocks() const;
 
