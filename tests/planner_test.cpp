@@ -66,6 +66,61 @@ std::vector<double> brute_force(const CostTable& t, int64_t max_budget,
   return best;
 }
 
+// The dynamic program as it was before its table kept only each range's window of slots: every
+// range, every slot from 0 to `slots`, segments of any length (bytes are units: memory_slots equal
+// to the largest budget). The planner's windowed table must give the same least time everywhere.
+std::vector<double> dense_least_seconds(const CostTable& c, int64_t slots, remat::CheckpointMode mode) {
+  const int64_t n = static_cast<int64_t>(c.stages.size());
+  const int64_t row = slots + 1;
+  std::vector<double> table(static_cast<size_t>(n * n * row), kInf);
+  auto at = [&](int64_t s, int64_t t, int64_t m) -> double& {
+    return table[static_cast<size_t>((s * n + t) * row + m)];
+  };
+  auto read = [&](int64_t s, int64_t t, int64_t m) { return m < 0 ? kInf : at(s, t, std::min(m, slots)); };
+  std::vector<int64_t> parameters_before(n + 1, 0);
+  for (int64_t k = 0; k < n; ++k) parameters_before[k + 1] = parameters_before[k] + c.stages[k].parameter_bytes;
+  auto held = [&](int64_t first, int64_t t) -> int64_t {
+    if (mode == remat::CheckpointMode::non_reentrant || t >= n - 1 || first > t) return 0;
+    return parameters_before[t + 1] - parameters_before[first] + c.stages[t].output_bytes;
+  };
+  for (int64_t length = 1; length <= n; ++length) {
+    for (int64_t s = 0; s + length - 1 < n; ++s) {
+      const int64_t t = s + length - 1;
+      const auto& first = c.stages[s];
+      const int64_t grad_t = c.stages[t].output_bytes;
+      for (const auto& option : first.options) {
+        const auto& o = s == t && t < n - 1 ? option.at_segment_end() : static_cast<const remat::StageRunCost&>(option);
+        const double seconds = o.forward_seconds + o.backward_seconds + (t < n - 1 ? first.recompute_extra_seconds : 0);
+        const int64_t lowest = std::max(
+            grad_t + o.kept_bytes + o.forward_extra_bytes,
+            first.output_bytes + o.kept_bytes + first.input_grad_bytes + o.backward_extra_bytes + held(s + 1, t));
+        for (int64_t m = lowest; m <= slots; ++m) {
+          at(s, t, m) = std::min(at(s, t, m), seconds + (s == t ? 0.0 : read(s + 1, t, m - o.kept_bytes)));
+        }
+      }
+      double forward_seconds = c.segment_seconds();
+      int64_t forward_peak = 0;
+      for (int64_t j = s + 1; j <= t; ++j) {
+        const int64_t k = j - 1;
+        const int64_t held_input = k == s ? 0 : c.stages[k - 1].output_bytes;
+        forward_peak = std::max(forward_peak, c.segment_bytes + grad_t + held_input + c.stages[k].output_bytes +
+                                                  c.stages[k].nograd_extra_bytes);
+        forward_seconds += c.stages[k].nograd_seconds;
+        const int64_t x = c.stages[k].output_bytes;
+        const int64_t in_backward = 2 * c.segment_bytes + held(j, t);
+        const int64_t lowest = std::max(forward_peak, std::max(x + c.segment_bytes, in_backward));
+        for (int64_t m = lowest; m <= slots; ++m) {
+          at(s, t, m) = std::min(at(s, t, m),
+                                 forward_seconds + read(j, t, m - x - c.segment_bytes) + read(s, k, m - in_backward));
+        }
+      }
+    }
+  }
+  std::vector<double> least(static_cast<size_t>(row));
+  for (int64_t m = 0; m <= slots; ++m) least[static_cast<size_t>(m)] = at(0, n - 1, m);
+  return least;
+}
+
 int64_t binomial(int64_t n, int64_t k) {
   int64_t r = 1;
   for (int64_t i = 1; i <= k; ++i) r = r * (n - k + i) / i;
@@ -152,6 +207,35 @@ TEST(Planner, DynamicProgramEqualsBruteForceOnEightStages) {
   const auto expected = brute_force(costs, 60);
   const remat::OptimalPlanner planner(costs, remat::PlannerOptions().memory_slots(60), 60);
   for (int64_t m = 0; m <= 60; ++m) ASSERT_EQ(planner.least_seconds(m), expected[m]) << "budget " << m;
+}
+
+// Chains too long for brute force: the windowed table equals the dense one at every budget, in both
+// modes, with segments of any length, and its plans replay to its cost.
+TEST(Planner, WindowedTableEqualsTheDenseDynamicProgramOnLongerChains) {
+  std::mt19937 rng(42);
+  for (int trial = 0; trial < 16; ++trial) {
+    const int n = 9 + 3 * trial;  // 9..54 stages
+    const auto mode = trial % 2 == 0 ? remat::CheckpointMode::reentrant : remat::CheckpointMode::non_reentrant;
+    const CostTable costs = random_chain(rng, n, 1 + trial % 3);
+    const int64_t slots = 12 * n;  // from infeasible to beyond the unchecked peak
+    const auto expected = dense_least_seconds(costs, slots, mode);
+    const remat::OptimalPlanner planner(costs, remat::PlannerOptions().mode(mode).memory_slots(slots), slots);
+    ASSERT_EQ(planner.unit_bytes(), 1);
+    EXPECT_EQ(planner.max_segment_stages(), n) << "uncapped";
+    int feasible = 0;
+    for (int64_t m = 0; m <= slots; ++m) {
+      SCOPED_TRACE("trial " + std::to_string(trial) + ", " + std::to_string(n) + " stages, budget " +
+                   std::to_string(m));
+      ASSERT_EQ(planner.least_seconds(m), expected[static_cast<size_t>(m)]);
+      if (m % 7 != 0 || expected[static_cast<size_t>(m)] == kInf) continue;
+      const auto result = planner.plan(m);
+      ASSERT_TRUE(result.feasible);
+      EXPECT_LE(result.prediction.step_seconds, expected[static_cast<size_t>(m)]);
+      EXPECT_LE(result.prediction.peak_bytes, m);
+      ++feasible;
+    }
+    EXPECT_GT(feasible, 0) << "no budget in range was feasible: the test would check nothing";
+  }
 }
 
 TEST(Planner, InfeasibleBudgetReportsTheLeastFeasibleOne) {

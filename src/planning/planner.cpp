@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 
 #include "remat/base/error.h"
@@ -60,6 +61,12 @@ using detail::to_units;
 using detail::UnitStage;
 
 // The table and its backtracking; OptimalPlanner is its public face.
+//
+// Each range s..t holds only its window of memory slots [lo, hi]: below lo no plan of the range
+// fits, and from hi up every candidate's cost is constant (its own threshold and its subranges'
+// windows are all passed), so the value and the choice at hi stand for every slot above. A long
+// chain's short ranges need few slots of a grid sized for the whole chain: the table and the slot
+// updates filling it shrink by that ratio, with the same values and choices as a dense table.
 class OptimalPlanner::Table {
  public:
   Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least);
@@ -67,17 +74,46 @@ class OptimalPlanner::Table {
   double least_seconds(int64_t budget_bytes) const;
 
   double cost(int64_t s, int64_t t, int64_t m) const;
-  /// The dynamic program over every range and memory slot (docs/planner.md).
-  void fill_table(const std::vector<UnitStage>& stages, int64_t segment_units);
   void build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const;
   void find_least_memory_plan();
   void refine_least_feasible_budget();
-  size_t index(int64_t s, int64_t t, int64_t m) const;
   /// Units a reentrant segment ending at t holds through the backward of its stages before
   /// `first`: the parameter gradients of stages first..t (returned all at once when it ends) and
   /// δ(t), its backward's argument. 0 at the top level (subproblems ending at n-1) and for
   /// first > t; see docs/planner.md.
   int64_t held_in_segment_units(int64_t first, int64_t t) const;
+
+  /// The slots a range's entries cover; hi < lo where no plan of it fits any slot.
+  struct Window {
+    int64_t lo = 0, hi = -1;
+    size_t offset = 0;  // of its first entry in values_ and choices_
+    bool empty() const { return hi < lo; }
+  };
+  /// One way to run range s..t: record stage s with an option, or checkpoint s..j-1. At slot m its
+  /// cost is `seconds` + rest(m - rest_offset) + inner(m - inner_offset), from `lowest` up.
+  struct Candidate {
+    int32_t choice;  // < max_options_: record with that option; >= max_options_: segment end j
+    double seconds;
+    int64_t lowest;
+    int64_t rest_s, rest_offset;    // range rest_s..t; rest_s < 0: none
+    int64_t inner_t, inner_offset;  // range s..inner_t; inner_t < 0: none
+  };
+  /// Ranges of at most longest_ stages (those inside a segment, and the chain's last ones) by length;
+  /// the longer ranges that end the chain, one per first stage.
+  const Window& window(int64_t s, int64_t t) const {
+    const int64_t length = t - s + 1;
+    return length <= longest_ ? windows_[length_start_[length] + static_cast<size_t>(s)]
+                              : rest_windows_[static_cast<size_t>(s)];
+  }
+  /// Calls `each` with every candidate of range s..t, in the order ties are broken (options first,
+  /// then segment ends in increasing order); segments of at most longest_ stages.
+  template <typename Each>
+  void for_each_candidate(int64_t s, int64_t t, Each&& each) const;
+  /// Range s..t's window (from its subranges'), its entries appended and filled.
+  void fill_range(int64_t s, int64_t t, Window& w);
+  /// The dynamic program over every range and the slots of its window (docs/planner.md), segments
+  /// as long as the bounds allow.
+  void fill_table();
 
   CostTable costs_;
   PlannerOptions options_;
@@ -86,65 +122,25 @@ class OptimalPlanner::Table {
   int64_t n_ = 0, slots_ = 0, unit_ = 1, least_feasible_bytes_ = -1;
   Plan least_memory_plan_;
   double fill_seconds_ = 0;
-  int64_t max_segment_ = 0;
-  int64_t min_units_ = -1;                       // the least memory, in units, at which the chain is feasible
-  std::vector<size_t> row_offset_;               // of stage s's ranges, in table rows
+  int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
+  std::vector<UnitStage> stages_;
+  int64_t segment_units_ = 0;
   std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
-  std::vector<double> table_;                    // least time, +inf when infeasible
-  std::vector<int32_t> choice_;                  // < options: record with that option; >= options: segment end j
+  int64_t longest_ = 0;                          // the most stages a segment spans
+  std::vector<size_t> length_start_;             // of ranges of each length in windows_
+  std::vector<Window> windows_, rest_windows_;
+  double updates_ = 0;            // slot updates so far
+  std::vector<double> values_;    // least time
+  std::vector<int32_t> choices_;  // Candidate::choice
   int32_t max_options_ = 1;
 };
 
-size_t OptimalPlanner::Table::index(int64_t s, int64_t t, int64_t m) const {
-  // Row s holds the ranges s..s+L-1 that fit inside a segment, then s..n-1 (the top level's rest).
-  const int64_t slot = t - s < max_segment_ ? t - s : max_segment_;
-  return (row_offset_[s] + static_cast<size_t>(slot)) * static_cast<size_t>(slots_ + 1) + static_cast<size_t>(m);
-}
-
 namespace {
 
-// Bounds on the table (12 bytes an entry) and on the slot updates filling it: about a second a
-// billion updates here, so a plan takes seconds and a GiB at most, whatever the chain's length.
-constexpr double kMaxTableEntries = (1 << 30) / 12.0;
-constexpr double kMaxSlotUpdates = 3e9;
-
-struct TableSize {
-  double entries = 0, updates = 0;
-};
-
-// Ranges inside a segment of at most `longest` stages, plus each stage's range to the end of the chain.
-TableSize table_size(int64_t n, int64_t longest, int64_t slots, int64_t options) {
-  TableSize size;
-  const double row = static_cast<double>(slots + 1);
-  for (int64_t length = 1; length <= std::min(longest, n); ++length) {
-    const double ranges = static_cast<double>(n - length + 1);
-    size.entries += ranges * row;
-    size.updates += ranges * row * static_cast<double>(options + length - 1);
-  }
-  const double longer = static_cast<double>(std::max<int64_t>(0, n - longest));
-  size.entries += longer * row;
-  size.updates += longer * row * static_cast<double>(options + longest);
-  return size;
-}
-
-// A segment nested inside another is at most this many stages long: all of them on chains the
-// bounds allow (the exact optimum), fewer on long ones (the optimum among such plans).
-int64_t longest_segment_within_bounds(int64_t n, int64_t slots, int64_t options) {
-  auto fits = [&](int64_t longest) {
-    const TableSize size = table_size(n, longest, slots, options);
-    return size.entries <= kMaxTableEntries && size.updates <= kMaxSlotUpdates;
-  };
-  REMAT_CHECK(fits(1), "planner: a chain of ", n, " stages with ", slots, " memory slots needs a table of ",
-              table_size(n, 1, slots, options).entries, " entries or more (at most ", kMaxTableEntries,
-              "); plan fewer stages (a coarser granularity) or with fewer memory slots.");
-  // Nesting needs a stage per level: segments longer than a plan may nest would be wasted.
-  int64_t fitting = 1, too_long = std::min<int64_t>(n, Plan::kMaxNesting) + 1;  // by bisection
-  while (too_long - fitting > 1) {
-    const int64_t mid = fitting + (too_long - fitting) / 2;
-    (fits(mid) ? fitting : too_long) = mid;
-  }
-  return fitting;
-}
+// Bounds on the table (12 bytes an entry) and on the slot updates filling it: a few nanoseconds
+// an update, so a plan takes 256 MiB and seconds at most, whatever the chain's length.
+constexpr double kMaxTableEntries = (256 << 20) / 12.0;
+constexpr double kMaxSlotUpdates = 1e9;
 
 }  // namespace
 
@@ -156,8 +152,154 @@ int64_t OptimalPlanner::Table::held_in_segment_units(int64_t first, int64_t t) c
 }
 
 double OptimalPlanner::Table::cost(int64_t s, int64_t t, int64_t m) const {
-  if (m < 0) return kInfinity;
-  return table_[index(s, t, std::min(m, slots_))];
+  const Window& w = window(s, t);
+  if (m < w.lo || w.empty()) return kInfinity;
+  return values_[w.offset + static_cast<size_t>(std::min(m, w.hi) - w.lo)];
+}
+
+template <typename Each>
+void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each) const {
+  const UnitStage& first = stages_[s];
+  const int64_t grad_t = stages_[t].x;
+  // Record stage s with each of its options. A range that ends before the last stage is the inside
+  // of a segment, whose last stage (s == t) its recompute runs graph-only.
+  const bool segment_end = s == t && t < n_ - 1;
+  const double recompute_extra = t < n_ - 1 ? first.recompute_extra_seconds : 0.0;
+  for (size_t o = 0; o < first.options.size(); ++o) {
+    const auto& opt = segment_end ? first.end_options[o] : first.options[o];
+    const int64_t lowest =
+        std::max(grad_t + opt.kept + opt.forward_extra,
+                 first.x + opt.kept + first.input_grad + opt.backward_extra + held_in_segment_units(s + 1, t));
+    each(Candidate{static_cast<int32_t>(o), opt.seconds + recompute_extra, lowest, s == t ? -1 : s + 1, opt.kept, -1,
+                   0});
+  }
+  // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward). A
+  // segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is paid
+  // once, however many stages it spans.
+  double forward_seconds = costs_.segment_seconds();
+  int64_t forward_peak = 0;
+  for (int64_t j = s + 1; j <= std::min(t, s + longest_); ++j) {
+    const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
+    const int64_t held_input = k == s ? 0 : stages_[k - 1].x;
+    forward_peak =
+        std::max(forward_peak, segment_units_ + grad_t + held_input + stages_[k].x + stages_[k].nograd_extra);
+    forward_seconds += stages_[k].nograd_seconds;
+    const int64_t x = stages_[k].x;
+    const int64_t held_in_backward = 2 * segment_units_ + held_in_segment_units(j, t);
+    const int64_t lowest = std::max(forward_peak, std::max(x + segment_units_, held_in_backward));
+    if (lowest > slots_) break;  // the forward's peak only grows with j
+    each(Candidate{max_options_ + static_cast<int32_t>(j), forward_seconds, lowest, j, x + segment_units_, k,
+                   held_in_backward});
+  }
+}
+
+void OptimalPlanner::Table::fill_range(int64_t s, int64_t t, Window& w) {
+  // Where a candidate starts (its threshold and its subranges' lowest slots) and from where it is
+  // constant (their highest); empty subranges rule it out.
+  struct Span {
+    int64_t start, end;
+  };
+  auto span = [&](const Candidate& c) -> std::optional<Span> {
+    Span out{c.lowest, c.lowest};
+    if (c.rest_s >= 0) {
+      const Window& rest = window(c.rest_s, t);
+      if (rest.empty()) return std::nullopt;
+      out.start = std::max(out.start, c.rest_offset + rest.lo);
+      out.end = std::max(out.end, c.rest_offset + rest.hi);
+    }
+    if (c.inner_t >= 0) {
+      const Window& inner = window(s, c.inner_t);
+      if (inner.empty()) return std::nullopt;
+      out.start = std::max(out.start, c.inner_offset + inner.lo);
+      out.end = std::max(out.end, c.inner_offset + inner.hi);
+    }
+    if (out.start > slots_) return std::nullopt;
+    return out;
+  };
+  w = Window{slots_ + 1, -1, values_.size()};
+  for_each_candidate(s, t, [&](const Candidate& c) {
+    if (const auto sp = span(c)) {
+      w.lo = std::min(w.lo, sp->start);
+      w.hi = std::max(w.hi, std::min(sp->end, slots_));
+    }
+  });
+  if (w.empty()) return;
+  values_.resize(values_.size() + static_cast<size_t>(w.hi - w.lo + 1), kInfinity);
+  choices_.resize(values_.size(), -1);
+  double* row = values_.data() + w.offset - w.lo;  // row[m], m in [lo, hi]
+  int32_t* chosen = choices_.data() + w.offset - w.lo;
+  // The slots innermost, over contiguous entries; a subrange read at slot m' holds its value at
+  // min(m', its hi). Ties keep the earlier candidate.
+  for_each_candidate(s, t, [&](const Candidate& c) {
+    const auto sp = span(c);
+    if (!sp) return;
+    const int64_t end = w.hi;
+    updates_ += static_cast<double>(end - sp->start + 1);
+    auto update = [&](int64_t m, double total_seconds) {
+      if (total_seconds < row[m]) {
+        row[m] = total_seconds;
+        chosen[m] = c.choice;
+      }
+    };
+    if (c.rest_s < 0) {
+      for (int64_t m = sp->start; m <= end; ++m) update(m, c.seconds);
+      return;
+    }
+    // Split where a subrange's window ends, so that each loop reads contiguous entries (or one).
+    const Window& r = window(c.rest_s, t);
+    const double* rest = values_.data() + r.offset - r.lo - c.rest_offset;  // rest[m]: at slot m - offset
+    const int64_t rest_ends = std::min(end, r.hi + c.rest_offset);
+    const double rest_top = values_[r.offset + static_cast<size_t>(r.hi - r.lo)];
+    if (c.inner_t < 0) {
+      for (int64_t m = sp->start; m <= rest_ends; ++m) update(m, c.seconds + rest[m]);
+      for (int64_t m = std::max(sp->start, rest_ends + 1); m <= end; ++m) update(m, c.seconds + rest_top);
+      return;
+    }
+    const Window& i = window(s, c.inner_t);
+    const double* inner = values_.data() + i.offset - i.lo - c.inner_offset;
+    const int64_t inner_ends = std::min(end, i.hi + c.inner_offset);
+    const double inner_top = values_[i.offset + static_cast<size_t>(i.hi - i.lo)];
+    const int64_t both = std::min(rest_ends, inner_ends);
+    for (int64_t m = sp->start; m <= both; ++m) update(m, c.seconds + rest[m] + inner[m]);
+    int64_t m = std::max(sp->start, both + 1);
+    for (; m <= rest_ends; ++m) update(m, c.seconds + rest[m] + inner_top);
+    for (; m <= inner_ends; ++m) update(m, c.seconds + rest_top + inner[m]);
+    for (; m <= end; ++m) update(m, c.seconds + rest_top + inner_top);
+  });
+}
+
+void OptimalPlanner::Table::fill_table() {
+  // A range's candidates read only shorter ranges: by length. Segments grow one stage a length
+  // while what the next length and the chain's longer ranges could still take (each at most a full
+  // row of slots) stays within the bounds; then the chain's longer ranges, from the last stage back.
+  const double row = static_cast<double>(slots_ + 1);
+  auto within_bounds = [&](int64_t longest) {
+    const double next = static_cast<double>(std::max<int64_t>(0, n_ - longest));        // ranges of length+1
+    const double longer = static_cast<double>(std::max<int64_t>(0, n_ - longest - 1));  // beyond it
+    const double entries = static_cast<double>(values_.size()) + (next + longer) * row;
+    const double updates = updates_ + (next + longer) * row * static_cast<double>(max_options_ + longest + 1);
+    return entries <= kMaxTableEntries && updates <= kMaxSlotUpdates;
+  };
+  REMAT_CHECK(within_bounds(0), "planner: a chain of ", n_, " stages with ", slots_,
+              " memory slots needs a table of up to ", static_cast<double>(n_) * row, " entries (at most ",
+              kMaxTableEntries, "); plan fewer stages (a coarser granularity) or with fewer ", "memory slots.");
+  // Reserved once (untouched pages cost nothing): growing by doubling would copy the table and
+  // hold it twice at its largest.
+  const double ranges = static_cast<double>(n_) * static_cast<double>(n_ + 1) / 2;
+  values_.reserve(static_cast<size_t>(std::min(kMaxTableEntries, ranges * row)));
+  choices_.reserve(values_.capacity());
+  length_start_.assign(1, 0);
+  for (int64_t length = 1; length <= n_; ++length) {
+    if (length > 1 && !within_bounds(length - 1)) break;
+    longest_ = length;
+    length_start_.push_back(windows_.size());  // length_start_[length]
+    windows_.resize(windows_.size() + static_cast<size_t>(n_ - length + 1));
+    for (int64_t s = 0; s + length - 1 < n_; ++s) {
+      fill_range(s, s + length - 1, windows_[length_start_[length] + static_cast<size_t>(s)]);
+    }
+  }
+  rest_windows_.assign(static_cast<size_t>(n_), Window{});
+  for (int64_t s = n_ - 1 - longest_; s >= 0; --s) fill_range(s, n_ - 1, rest_windows_[static_cast<size_t>(s)]);
 }
 
 OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
@@ -176,107 +318,25 @@ OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int
   if (max_budget_bytes <= 0) max_budget_bytes = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
   slots_ = memory_slots;
   unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
-  const auto stages = to_units(costs_, unit_);
-  const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
-  for (const auto& s : stages) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
-
-  max_segment_ = longest_segment_within_bounds(n_, slots_, max_options_);
-  row_offset_.assign(n_ + 1, 0);
-  for (int64_t s = 0; s < n_; ++s) {
-    const int64_t inside = std::min(max_segment_, n_ - s);
-    row_offset_[s + 1] = row_offset_[s] + static_cast<size_t>(inside + (n_ - 1 - s >= max_segment_ ? 1 : 0));
-  }
-  const size_t total = row_offset_[n_] * static_cast<size_t>(slots_ + 1);
-  table_.assign(total, kInfinity);
-  choice_.assign(total, -1);
+  stages_ = to_units(costs_, unit_);
+  segment_units_ = round_up(costs_.segment_bytes, unit_);
+  for (const auto& s : stages_) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
   // Subproblems that end before the last stage are the inside of a checkpointed segment (a segment
   // never ends at the end of its range, and the top level's rest always ends at n-1): there the
   // parameter gradients of stages already back-propagated are held until the segment returns.
   parameter_units_before_.assign(n_ + 1, 0);
-  for (int64_t k = 0; k < n_; ++k) parameter_units_before_[k + 1] = parameter_units_before_[k] + stages[k].parameters;
-
-  fill_table(stages, segment_units);
+  for (int64_t k = 0; k < n_; ++k) parameter_units_before_[k + 1] = parameter_units_before_[k] + stages_[k].parameters;
+  fill_table();
   find_least_memory_plan();
   if (refine_least) refine_least_feasible_budget();
   fill_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-void OptimalPlanner::Table::fill_table(const std::vector<UnitStage>& stages, int64_t segment_units) {
-  // Loops run over the memory slots innermost: for a fixed choice the recurrence reads contiguous
-  // rows of the table, which the compiler vectorises. Ties keep the earlier choice (options first,
-  // then segment ends in increasing order), as a scalar loop would.
-  for (int64_t length = 1; length <= n_; ++length) {
-    for (int64_t s = 0; s + length - 1 < n_; ++s) {
-      const int64_t t = s + length - 1;
-      if (length > max_segment_ && t != n_ - 1) continue;  // longer than a nested segment may be
-      const UnitStage& first = stages[s];
-      const int64_t grad_t = stages[t].x;
-      double* row = &table_[index(s, t, 0)];
-      int32_t* chosen = &choice_[index(s, t, 0)];
-      // Record stage s with each of its options. A range that ends before the last stage is the
-      // inside of a segment, whose last stage (s == t) its recompute runs graph-only.
-      const bool segment_end = s == t && t < n_ - 1;
-      const double recompute_extra = t < n_ - 1 ? first.recompute_extra_seconds : 0.0;
-      for (size_t o = 0; o < first.options.size(); ++o) {
-        const auto& opt = segment_end ? first.end_options[o] : first.options[o];
-        const double seconds = opt.seconds + recompute_extra;
-        const int64_t lowest =
-            std::max(grad_t + opt.kept + opt.forward_extra,
-                     first.x + opt.kept + first.input_grad + opt.backward_extra + held_in_segment_units(s + 1, t));
-        if (s == t) {
-          for (int64_t m = lowest; m <= slots_; ++m) {
-            if (seconds < row[m]) {
-              row[m] = seconds;
-              chosen[m] = static_cast<int32_t>(o);
-            }
-          }
-          continue;
-        }
-        const double* rest = &table_[index(s + 1, t, 0)];
-        for (int64_t m = std::max(lowest, opt.kept); m <= slots_; ++m) {
-          const double total_seconds = seconds + rest[m - opt.kept];
-          if (total_seconds < row[m]) {
-            row[m] = total_seconds;
-            chosen[m] = static_cast<int32_t>(o);
-          }
-        }
-      }
-      // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward).
-      // A segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is
-      // paid once, however many stages it spans.
-      double forward_seconds = costs_.segment_seconds();
-      int64_t forward_peak = 0;
-      for (int64_t j = s + 1; j <= std::min(t, s + max_segment_); ++j) {
-        const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
-        const int64_t held_input = k == s ? 0 : stages[k - 1].x;
-        forward_peak =
-            std::max(forward_peak, segment_units + grad_t + held_input + stages[k].x + stages[k].nograd_extra);
-        forward_seconds += stages[k].nograd_seconds;
-        const int64_t x = stages[k].x;
-        const int64_t held_in_backward = 2 * segment_units + held_in_segment_units(j, t);
-        const int64_t lowest = std::max(forward_peak, std::max(x + segment_units, held_in_backward));
-        if (lowest > slots_) break;  // the forward's peak only grows with j
-        const double* rest = &table_[index(j, t, 0)];
-        const double* inner = &table_[index(s, k, 0)];
-        const auto segment_choice = max_options_ + static_cast<int32_t>(j);
-        for (int64_t m = lowest; m <= slots_; ++m) {
-          const double total_seconds = forward_seconds + rest[m - x - segment_units] + inner[m - held_in_backward];
-          if (total_seconds < row[m]) {
-            row[m] = total_seconds;
-            chosen[m] = segment_choice;
-          }
-        }
-      }
-    }
-  }
-}
-
 // The first slot where the whole chain is feasible (the table is monotone in m), and its plan's peak.
 void OptimalPlanner::Table::find_least_memory_plan() {
-  for (int64_t m = 0; m <= slots_ && min_units_ < 0; ++m) {
-    if (table_[index(0, n_ - 1, m)] < kInfinity) min_units_ = m;
-  }
-  if (min_units_ < 0) return;
+  const Window& whole = window(0, n_ - 1);
+  if (whole.empty()) return;
+  min_units_ = whole.lo;
   least_memory_plan_ = plain_;
   least_memory_plan_.items.clear();
   build(0, n_ - 1, min_units_, least_memory_plan_.items, least_memory_plan_);
@@ -312,11 +372,12 @@ void OptimalPlanner::Table::refine_least_feasible_budget() {
 
 void OptimalPlanner::Table::build(int64_t s, int64_t t, int64_t m, std::vector<PlanItem>& items, Plan& plan) const {
   // Along the range in a loop; only a segment's inside recurses (depth: the nesting, at most
-  // max_segment_ levels).
-  const int64_t segment_units = round_up(costs_.segment_bytes, unit_);
+  // longest_ levels).
   while (true) {
-    m = std::min(m, slots_);
-    const int32_t choice = choice_[index(s, t, m)];
+    const Window& w = window(s, t);
+    TORCH_INTERNAL_ASSERT(!w.empty() && m >= w.lo, "planner: backtracking reached an infeasible state");
+    m = std::min(m, w.hi);
+    const int32_t choice = choices_[w.offset + static_cast<size_t>(m - w.lo)];
     TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
     if (choice < max_options_) {
       plan.options[s] = costs_.stages[s].options[choice].option;
@@ -328,9 +389,9 @@ void OptimalPlanner::Table::build(int64_t s, int64_t t, int64_t m, std::vector<P
     }
     const int64_t j = choice - max_options_;
     std::vector<PlanItem> inner;
-    build(s, j - 1, m - 2 * segment_units - held_in_segment_units(j, t), inner, plan);
+    build(s, j - 1, m - 2 * segment_units_ - held_in_segment_units(j, t), inner, plan);
     items.push_back(PlanItem::checkpointed(std::move(inner)));
-    m -= segment_units + round_up(costs_.stages[j - 1].output_bytes, unit_);
+    m -= segment_units_ + round_up(costs_.stages[j - 1].output_bytes, unit_);
     s = j;
   }
 }
@@ -354,7 +415,7 @@ PlanResult OptimalPlanner::Table::plan(int64_t budget_bytes) const {
   int64_t first = budget_bytes < 0 ? -1 : std::min<int64_t>(budget_bytes / unit_, slots_);
   if (min_units_ >= 0 && first < min_units_ && budget_bytes >= least_feasible_bytes_) first = min_units_;
   for (int64_t m = first; m >= 0 && m <= slots_;) {
-    if (table_[index(0, n_ - 1, m)] == kInfinity) break;
+    if (cost(0, n_ - 1, m) == kInfinity) break;
     Plan plan = plain_;
     plan.items.clear();
     build(0, n_ - 1, m, plan.items, plan);
@@ -387,7 +448,7 @@ int64_t OptimalPlanner::least_feasible_budget_bytes() const { return table_->lea
 const Plan& OptimalPlanner::least_memory_plan() const { return table_->least_memory_plan_; }
 const Prediction& OptimalPlanner::unchecked() const { return table_->unchecked_; }
 int64_t OptimalPlanner::unit_bytes() const { return table_->unit_; }
-int64_t OptimalPlanner::max_segment_stages() const { return table_->max_segment_; }
+int64_t OptimalPlanner::max_segment_stages() const { return table_->longest_; }
 double OptimalPlanner::fill_seconds() const { return table_->fill_seconds_; }
 
 std::string to_string(PlannerKind kind) {

@@ -14,8 +14,10 @@
 // (cost_model.h), so a plan it returns replays to exactly its cost. Memory is discretised into
 // `memory_slots` units of ceil(max_budget / slots) bytes: sizes round up and budgets down, so a plan
 // feasible in units fits in bytes (and where rounding made the table pessimistic, rows above the
-// budget's are tried while the simulator says their plans still fit). The table is bounded (a GiB,
-// seconds to fill): on long chains segments are limited in length (max_segment_stages). Revolve and
+// budget's are tried while the simulator says their plans still fit). Each range keeps only its
+// window of slots (from the least that fits to the least above which nothing changes), and the
+// table is bounded (256 MiB, 10^9 slot updates): exact on chains of hundreds of stages, on longer
+// ones segments are limited in length (max_segment_stages). Revolve and
 // Chen's greedy rule are the classic planners, for comparison; both read the chain's blocks
 // (StageInfo::block), not positions: Revolve averages the block stages' costs, Chen cuts runs of
 // block stages and leaves stages outside blocks plain.
@@ -154,9 +156,9 @@ class OptimalPlanner {
   const Plan& least_memory_plan() const;
   const Prediction& unchecked() const;
   int64_t unit_bytes() const;
-  /// The most stages a checkpointed segment spans: the chain's length unless the table for it would
-  /// pass the planner's bounds (a GiB, a few seconds), then the longest that stays within them; the
-  /// plan is then optimal among plans whose segments are no longer.
+  /// The most stages a checkpointed segment spans: the chain's length (the exact optimum) unless the
+  /// table for it would pass the planner's bounds (256 MiB, 10^9 slot updates), then the longest that
+  /// stays within them; the plan is then optimal among plans whose segments are no longer.
   int64_t max_segment_stages() const;
   double fill_seconds() const;
 
