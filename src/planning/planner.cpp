@@ -69,7 +69,10 @@ using detail::UnitStage;
 // updates filling it shrink by that ratio, with the same values and choices as a dense table.
 class OptimalPlanner::Table {
  public:
-  Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least);
+  /// `filled_units`: the highest slot filled (default: every slot). The values at and below it are
+  /// the full table's (a slot's value reads only lower ones): enough to find the least-memory plan.
+  Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes, bool refine_least,
+        int64_t filled_units = -1);
   PlanResult plan(int64_t budget_bytes) const;
   double least_seconds(int64_t budget_bytes) const;
 
@@ -120,6 +123,7 @@ class OptimalPlanner::Table {
   Plan plain_;  // names, granularity, default options and mode of every plan it returns
   Prediction unchecked_;
   int64_t n_ = 0, slots_ = 0, unit_ = 1, least_feasible_bytes_ = -1;
+  int64_t filled_ = 0;  // the highest slot filled
   Plan least_memory_plan_;
   double fill_seconds_ = 0;
   int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
@@ -187,7 +191,7 @@ void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each
     const int64_t x = stages_[k].x;
     const int64_t held_in_backward = 2 * segment_units_ + held_in_segment_units(j, t);
     const int64_t lowest = std::max(forward_peak, std::max(x + segment_units_, held_in_backward));
-    if (lowest > slots_) break;  // the forward's peak only grows with j
+    if (lowest > filled_) break;  // the forward's peak only grows with j
     each(Candidate{max_options_ + static_cast<int32_t>(j), forward_seconds, lowest, j, x + segment_units_, k,
                    held_in_backward});
   }
@@ -213,14 +217,14 @@ void OptimalPlanner::Table::fill_range(int64_t s, int64_t t, Window& w) {
       out.start = std::max(out.start, c.inner_offset + inner.lo);
       out.end = std::max(out.end, c.inner_offset + inner.hi);
     }
-    if (out.start > slots_) return std::nullopt;
+    if (out.start > filled_) return std::nullopt;
     return out;
   };
-  w = Window{slots_ + 1, -1, values_.size()};
+  w = Window{filled_ + 1, -1, values_.size()};
   for_each_candidate(s, t, [&](const Candidate& c) {
     if (const auto sp = span(c)) {
       w.lo = std::min(w.lo, sp->start);
-      w.hi = std::max(w.hi, std::min(sp->end, slots_));
+      w.hi = std::max(w.hi, std::min(sp->end, filled_));
     }
   });
   if (w.empty()) return;
@@ -272,7 +276,7 @@ void OptimalPlanner::Table::fill_table() {
   // A range's candidates read only shorter ranges: by length. Segments grow one stage a length
   // while what the next length and the chain's longer ranges could still take (each at most a full
   // row of slots) stays within the bounds; then the chain's longer ranges, from the last stage back.
-  const double row = static_cast<double>(slots_ + 1);
+  const double row = static_cast<double>(filled_ + 1);
   auto within_bounds = [&](int64_t longest) {
     const double next = static_cast<double>(std::max<int64_t>(0, n_ - longest));        // ranges of length+1
     const double longer = static_cast<double>(std::max<int64_t>(0, n_ - longest - 1));  // beyond it
@@ -303,7 +307,7 @@ void OptimalPlanner::Table::fill_table() {
 }
 
 OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
-                             bool refine_least)
+                             bool refine_least, int64_t filled_units)
     : costs_(std::move(costs)), options_(options) {
   const auto start = std::chrono::steady_clock::now();
   costs_.check_well_formed("planner: the cost table");
@@ -318,6 +322,7 @@ OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int
   if (max_budget_bytes <= 0) max_budget_bytes = 2 * std::max<int64_t>(unchecked_.peak_bytes, 1);
   slots_ = memory_slots;
   unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
+  filled_ = filled_units < 0 ? slots_ : std::min(filled_units, slots_);
   stages_ = to_units(costs_, unit_);
   segment_units_ = round_up(costs_.segment_bytes, unit_);
   for (const auto& s : stages_) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
@@ -358,7 +363,12 @@ void OptimalPlanner::Table::refine_least_feasible_budget() {
     unit = wide.unit_;
   }
   for (int round = 0; round < 6 && least_feasible_bytes_ > 0 && unit * 500 > least_feasible_bytes_; ++round) {
-    const Table finer(costs_, options_, 2 * least_feasible_bytes_, /*refine_least=*/false);
+    // Its least lies near half its span: filling the slots up to 60% of it is enough, and where it
+    // is not (the whole chain infeasible there) the full table is filled.
+    std::optional<Table> partial;
+    partial.emplace(costs_, options_, 2 * least_feasible_bytes_, /*refine_least=*/false, slots_ * 3 / 5);
+    if (partial->least_feasible_bytes_ < 0) partial.emplace(costs_, options_, 2 * least_feasible_bytes_, false);
+    const Table& finer = *partial;
     if (finer.least_feasible_bytes_ <= 0 || finer.unit_ >= unit) break;
     const bool fell = finer.least_feasible_bytes_ < least_feasible_bytes_ - least_feasible_bytes_ / 100;
     if (finer.least_feasible_bytes_ < least_feasible_bytes_) {
