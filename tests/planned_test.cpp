@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "remat/memory/memory.h"
 #include "remat/autoplan/planned.h"
 #include "remat/checkpoint/checkpoint.h"
 #include "support/compare.h"
@@ -152,4 +153,39 @@ TEST(Planned, ItsOutputStillBackPropagatesWhenThePlannedModuleIsGone) {
     ASSERT_TRUE(p.grad().defined());
     EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
   }
+}
+
+// Issue 42: a batch whose size and length change every step. Each new shape is planned once (on the
+// first step of that shape) and kept; a shape seen again runs at once under its own plan; every
+// step stays within its shape's budget; past max_cached_plans the least recently used is dropped.
+TEST(Planned, KeepsAPlanPerInputShapeAndReusesIt) {
+  remat::install_cpu_memory_tracker();
+  remat::Planned planned(
+      mlp(6), "80%",
+      remat::PlannedOptions().replan_on_new_shape(true).max_cached_plans(2).planning(remat::testing::quick_planning()));
+  const std::vector<std::vector<int64_t>> shapes = {{8, 32}, {2, 5, 32}, {8, 32}, {2, 5, 32}, {16, 32}, {8, 32}};
+  const std::vector<int64_t> made_after = {1, 2, 2, 2, 3, 4};  // {8, 32} dropped for {16, 32}, then planned again
+  std::vector<int64_t> unchecked_peaks;
+  for (size_t step = 0; step < shapes.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const at::Tensor x = torch::randn(shapes[step]);
+    const remat::StepMeasurement m = remat::measure_step([&] { return planned->forward(x).sum(); });
+    ASSERT_EQ(planned->plans_made(), made_after[step]);
+    EXPECT_LE(planned->plans_cached(), 2u);
+    const remat::PlanResult& r = planned->budget_plan();
+    if (step == 0 || made_after[step] > made_after[step - 1]) {
+      EXPECT_GT(planned->planning_seconds(), 0);
+      continue;  // a planning step: its measurement holds the profiler's memory as well
+    }
+    // A step under a plan already made: its activation peak within the budget of its shape.
+    EXPECT_LE(m.activation_peak_bytes(), r.budget_bytes) << r.plan.to_string();
+    unchecked_peaks.push_back(r.measured_unchecked_peak_bytes);
+  }
+  ASSERT_EQ(unchecked_peaks.size(), 2u);  // steps 2 and 3, reusing the plans of steps 0 and 1
+  EXPECT_NE(unchecked_peaks[0], unchecked_peaks[1]) << "each shape has a plan of its own";
+  std::ostringstream printed;
+  planned->pretty_print(printed);
+  EXPECT_NE(printed.str().find("2 shapes planned"), std::string::npos) << printed.str();
+  REMAT_EXPECT_ERROR(remat::Planned(mlp(1), "70%", remat::PlannedOptions().max_cached_plans(0)),
+                     "max_cached_plans must be at least 1");
 }

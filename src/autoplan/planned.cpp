@@ -1,5 +1,7 @@
 #include "remat/autoplan/planned.h"
 
+#include <algorithm>
+#include <chrono>
 #include <exception>
 #include <thread>
 
@@ -23,6 +25,8 @@ PlannedImpl::PlannedImpl(torch::nn::Sequential sequential, Budget budget, Planne
     : sequential_(std::move(sequential)), budget_(std::move(budget)), options_(std::move(options)) {
   REMAT_CHECK(!sequential_.is_empty() && sequential_->size() > 0, "Planned: the Sequential has no modules; give it ",
               "at least one.");
+  REMAT_CHECK(options_.max_cached_plans() >= 1, "Planned: max_cached_plans must be at least 1 (the plan in use), got ",
+              options_.max_cached_plans(), ".");
   chain_ = std::make_shared<SequentialChain>(sequential_, nullptr,
                                              SequentialChainOptions().group_sizes(options_.group_sizes()));
   // The Sequential's own children, registered under their own names: "0.weight", not "sequential.0.weight".
@@ -57,17 +61,41 @@ const PlanResult& PlannedImpl::calibrate(const at::Tensor& sample_input) {
               " has no elements (0 rows?): activation sizes and times cannot be measured on it. Calibrate on a batch ",
               "of the size you train with.");
   c10::AutoGradMode grad(true);
-  result_ = make_plan(PlanRequest::of_budget(budget_).options(options_.planning()), PlanSubject(*chain_, sample_input));
-  calibrated_sizes_ = sample_input.sizes().vec();
-  calibrated_dtype_ = sample_input.scalar_type();
-  calibrated_device_ = sample_input.device();
-  return *result_;
+  const auto start = std::chrono::steady_clock::now();
+  PlanResult result =
+      make_plan(PlanRequest::of_budget(budget_).options(options_.planning()), PlanSubject(*chain_, sample_input));
+  ShapePlan made{sample_input.sizes().vec(), sample_input.scalar_type(), sample_input.device(), std::move(result),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  ++plans_made_;
+  if (ShapePlan* old = find_plan(sample_input)) {
+    *old = std::move(made);  // find_plan moved it last
+  } else {
+    if (static_cast<int64_t>(plans_.size()) >= options_.max_cached_plans()) plans_.erase(plans_.begin());
+    plans_.push_back(std::move(made));
+  }
+  return plans_.back().result;
+}
+
+PlannedImpl::ShapePlan* PlannedImpl::find_plan(const at::Tensor& input) {
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (input.sizes() == c10::IntArrayRef(it->sizes) && input.scalar_type() == it->dtype &&
+        input.device() == it->device) {
+      std::rotate(it, it + 1, plans_.end());  // the most recently used last
+      return &plans_.back();
+    }
+  }
+  return nullptr;
 }
 
 const PlanResult& PlannedImpl::budget_plan() const {
-  REMAT_CHECK(result_.has_value(),
+  REMAT_CHECK(!plans_.empty(),
               "Planned: not calibrated yet; call calibrate(sample) or run a forward in training mode.");
-  return *result_;
+  return plans_.back().result;
+}
+
+double PlannedImpl::planning_seconds() const {
+  budget_plan();  // the same error before calibration
+  return plans_.back().planning_seconds;
 }
 
 void PlannedImpl::calibrate_outside(const at::Tensor& sample_input) {
@@ -97,18 +125,18 @@ void PlannedImpl::calibrate_outside(const at::Tensor& sample_input) {
 at::Tensor PlannedImpl::forward(const at::Tensor& input) {
   check_modules("Planned::forward");
   if (!is_training() || !c10::GradMode::is_enabled()) return chain_->forward(input);
-  if (!result_) {
+  if (plans_.empty()) {
     calibrate_outside(input);
-  } else if (input.sizes() != c10::IntArrayRef(calibrated_sizes_) || input.scalar_type() != calibrated_dtype_ ||
-             input.device() != calibrated_device_) {
+  } else if (find_plan(input) == nullptr) {
+    const ShapePlan& last = plans_.back();
     REMAT_CHECK(options_.replan_on_new_shape(), "Planned: the plan was made for inputs of ",
-                shape_text(calibrated_sizes_, calibrated_dtype_, calibrated_device_), " but this input is ",
+                shape_text(last.sizes, last.dtype, last.device), " but this input is ",
                 shape_text(input.sizes(), input.scalar_type(), input.device()),
                 "; activation sizes and so the plan depend on it. Call calibrate() with such a batch, or set ",
                 "PlannedOptions::replan_on_new_shape.");
     calibrate_outside(input);
   }
-  return run_plan(chain_, result_->plan, input);  // held until backward: this module may be gone by then
+  return run_plan(chain_, plans_.back().result.plan, input);  // held until backward: this module may be gone by then
 }
 
 void PlannedImpl::train(bool on) {
@@ -118,8 +146,10 @@ void PlannedImpl::train(bool on) {
 
 void PlannedImpl::pretty_print(std::ostream& stream) const {
   stream << "remat::Planned(budget " << budget_.text() << ", "
-         << (result_ ? "plan " + result_->plan.to_string() : std::string("not calibrated"))
-         << (result_ && !result_->timed_under.empty() ? ", timed under " + result_->timed_under : std::string()) << ")";
+         << (calibrated() ? "plan " + budget_plan().plan.to_string() : std::string("not calibrated"))
+         << (calibrated() && !budget_plan().timed_under.empty() ? ", timed under " + budget_plan().timed_under
+                                                                : std::string())
+         << (plans_.size() > 1 ? ", " + std::to_string(plans_.size()) + " shapes planned" : std::string()) << ")";
 }
 
 }  // namespace remat

@@ -6,9 +6,12 @@
 //
 // Calibration profiles the modules on a sample batch (explicitly with calibrate(), or on the first
 // forward in training mode) and plans through make_plan (make_plan.h: the optimal plan, verified,
-// timed against the nearest rules of thumb); every training forward then runs under that plan. The plan is valid for one input shape, dtype and device: a
-// forward on another is an error naming both shapes, unless PlannedOptions::replan_on_new_shape is
-// set, in which case it calibrates again. In evaluation mode or without grad it runs plainly.
+// timed against the nearest rules of thumb); every training forward then runs under that plan. A plan
+// is valid for one input shape, dtype and device: a forward on another is an error naming both
+// shapes, unless PlannedOptions::replan_on_new_shape is set, in which case it plans for the new shape
+// and keeps the plans of the shapes seen (up to max_cached_plans, the least recently used dropped),
+// so a shape seen before runs at once under its own plan. In evaluation mode or without grad it runs
+// plainly.
 // Parameter and buffer names are the Sequential's own ("0.weight"), so state files load either way.
 // The modules are those the Sequential had when the Planned was made: a module appended, removed or
 // replaced afterwards is refused at the next forward or calibration (build a new Planned). A sample
@@ -17,7 +20,6 @@
 // ...)): it calibrates on a thread of its own, outside the checkpoint, then runs under the plan.
 #pragma once
 
-#include <optional>
 #include <ostream>
 #include <vector>
 
@@ -35,8 +37,11 @@ struct PlannedOptions {
   TORCH_ARG(PlanningOptions, planning) = {};
   /// Consecutive modules per stage (SequentialChainOptions::group_sizes); empty: one each.
   TORCH_ARG(std::vector<int64_t>, group_sizes) = {};
-  /// On an input of another shape, dtype or device: plan again (true) or refuse (false).
+  /// On an input of another shape, dtype or device: plan for it (true) or refuse (false).
   TORCH_ARG(bool, replan_on_new_shape) = false;
+  /// The plans kept, one per input shape, dtype and device (at least 1): a shape seen again reuses its
+  /// plan; past this many the least recently used is dropped (and planned again if it comes back).
+  TORCH_ARG(int64_t, max_cached_plans) = 32;
 };
 
 class PlannedImpl : public torch::nn::Module {
@@ -49,12 +54,18 @@ class PlannedImpl : public torch::nn::Module {
   /// Profiles on `sample_input` (a batch with at least one element) and plans for the budget;
   /// returns the result. Call it outside any checkpoint (forward calibrates outside by itself).
   const PlanResult& calibrate(const at::Tensor& sample_input);
-  bool calibrated() const { return result_.has_value(); }
-  /// The plan and its prediction (with the threads it was timed under, PlanResult::timed_under,
-  /// and the measured choice); throws before calibration.
+  bool calibrated() const { return !plans_.empty(); }
+  /// The plan of the shape last run or calibrated, and its prediction (with the threads it was timed
+  /// under, PlanResult::timed_under, and the measured choice); throws before calibration.
   const PlanResult& budget_plan() const;
   const Plan& plan() const { return budget_plan().plan; }
   const Budget& budget() const { return budget_; }
+  /// Wall seconds that making the current plan took (profile, solve, verify, measured choice).
+  double planning_seconds() const;
+  /// Plans made since construction (a shape planned again after being dropped counts again).
+  int64_t plans_made() const { return plans_made_; }
+  /// Plans kept now, one per shape (at most PlannedOptions::max_cached_plans).
+  size_t plans_cached() const { return plans_.size(); }
   /// The chain the plan runs on (one stage per module or group; no loss stage).
   SequentialChain& chain() { return *chain_; }
   torch::nn::Sequential sequential() const { return sequential_; }
@@ -73,10 +84,18 @@ class PlannedImpl : public torch::nn::Module {
   std::shared_ptr<SequentialChain> chain_;
   Budget budget_;
   PlannedOptions options_;
-  std::optional<PlanResult> result_;
-  std::vector<int64_t> calibrated_sizes_;
-  at::ScalarType calibrated_dtype_ = at::kFloat;
-  c10::Device calibrated_device_ = c10::kCPU;
+  /// A plan for one input shape, dtype and device.
+  struct ShapePlan {
+    std::vector<int64_t> sizes;
+    at::ScalarType dtype = at::kFloat;
+    c10::Device device = c10::kCPU;
+    PlanResult result;
+    double planning_seconds = 0;
+  };
+  /// The entry for `input`'s shape, dtype and device; nullptr if none.
+  ShapePlan* find_plan(const at::Tensor& input);
+  std::vector<ShapePlan> plans_;  ///< least recently used first; the current plan last
+  int64_t plans_made_ = 0;
 };
 
 TORCH_MODULE(Planned);
