@@ -9,7 +9,8 @@
 //   chain       chain/chain.h, chain/sequential_chain.h (your model as a chain), chain/plan.h,
 //               chain/policies.h (the rules of thumb), chain/chain_state.h (kept across a measurement)
 //   planning    planning/budget.h, cost_model.h (the table, the simulator), planner.h (the dynamic
-//               program, Revolve, Chen), throughput.h: pure algorithms on cost tables, nothing run
+//               program, Revolve, Chen), shape_costs.h (tables fitted across input shapes),
+//               throughput.h: pure algorithms on cost tables, nothing run
 //   measure     measure/profiler.h (a chain's cost table), batch_profiles.h, plan_measurement.h
 //               (plans run for real: time, bytes, exactness), plan_comparison.h
 //   autoplan    autoplan/make_plan.h (the one front door: profile, solve, verify, measured
@@ -38,6 +39,7 @@
 #include "remat/planning/budget.h"
 #include "remat/planning/cost_model.h"
 #include "remat/planning/planner.h"
+#include "remat/planning/shape_costs.h"
 #include "remat/planning/throughput.h"
 #include "remat/measure/batch_profiles.h"
 #include "remat/measure/plan_comparison.h"
