@@ -119,8 +119,8 @@ std::vector<std::vector<double>> least_squares(const std::vector<std::vector<dou
   return out;
 }
 
-// The byte counts' names, in the order for_each_cost_number visits them: "stages[3] attn1.options[0]
-// fused.kept_bytes".
+// The byte counts' names, in the order for_each_cost_number visits them: "stages[3] conv3.options[0]
+// full.kept_bytes".
 std::vector<std::string> byte_names(const CostTable& table) {
   std::vector<std::string> names;
   for (const auto& field : detail::table_fields().bytes) names.emplace_back(field.first);

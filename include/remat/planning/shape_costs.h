@@ -50,7 +50,7 @@ struct ShapeFitCheck {
   /// The largest |fitted − profiled| over the bytes held (outputs, what each option keeps, gradients,
   /// parameters, the segment's): polynomials in the shape, so 0 where the terms are right.
   int64_t max_byte_error = 0;
-  std::string worst_bytes;  ///< where: "stages[1] attn0.options[0] full.kept_bytes: 10 fitted, 12 profiled"
+  std::string worst_bytes;  ///< where: "stages[1] conv1.options[0] full.kept_bytes: 10 fitted, 12 profiled"
   /// The same over the transient extras (forward_extra_bytes, backward_extra_bytes, nograd_extra_bytes):
   /// each is the largest of several buffers alive at once, a maximum of polynomials, exact only
   /// where the same buffer peaks at every shape fitted (profile shapes of one regime, or verify).
