@@ -21,7 +21,7 @@ std::vector<std::string> Chain::accepted_options(int64_t index) const {
 }
 
 at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only,
-                            std::shared_ptr<const void> owner) {
+                            const std::shared_ptr<const void>& owner) {
   const StageInfo& info = stages().at(static_cast<size_t>(index));
   const bool own = std::find(info.options.begin(), info.options.end(), option) != info.options.end();
   if (own || option != kSacOption) {
@@ -32,7 +32,7 @@ at::Tensor Chain::run_stage(int64_t index, const at::Tensor& input, const std::s
   const std::string default_option = info.options.at(0);
   std::weak_ptr<const void> alive = alive_;
   return checkpoint(
-      [this, index, default_option, alive, owner = std::move(owner), name = info.name](const at::Tensor& x) {
+      [this, index, default_option, alive, owner, name = info.name](const at::Tensor& x) {
         // A chain made in a function that returns the loss is gone by backward: say so, rather
         // than call into freed memory.
         REMAT_CHECK(!alive.expired(), "the chain was destroyed before backward recomputed stage '", name, "' (option ",

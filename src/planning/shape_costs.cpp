@@ -45,8 +45,7 @@ void check_shape(const ShapeTerms& terms, const std::vector<int64_t>& shape, con
   }
 }
 
-// The terms at a shape, each scaled by `scale` (the largest the term takes over the fitted shapes),
-// so that the system solved is well conditioned whatever the terms' magnitudes.
+// The terms' values at a shape (least_squares scales them to condition the system it solves).
 std::vector<double> term_values(const ShapeTerms& terms, const std::vector<int64_t>& shape) {
   std::vector<double> out;
   for (const auto& term : terms.exponents) {

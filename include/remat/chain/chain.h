@@ -79,7 +79,7 @@ class Chain {
   /// runs in backward: it holds `owner` (the chain's owner, where the caller has one) until then, and
   /// is a clear error if the chain is gone by then.
   at::Tensor run_stage(int64_t index, const at::Tensor& input, const std::string& option, bool graph_only = false,
-                       std::shared_ptr<const void> owner = nullptr);
+                       const std::shared_ptr<const void>& owner = nullptr);
   /// Number of blocks (the largest block index + 1).
   int64_t num_blocks() const;
 
