@@ -1,7 +1,8 @@
 // How long the optimal planner takes, and the memory its table holds, on GPT chains costed by the
 // analytic estimator: the reference GPT's half-block chain (18 stages, as LibTorch runs it), a
 // 47-layer GPT in half blocks (96 stages, up to 3 options each) at several memory grids, and a
-// 499-layer one (1,000 stages). Resident memory is the process's peak so far (cases run smallest first).
+// 499-layer one (1,000 stages), that one also as plan_optimal plans it for a budget (1%, 10%, 50% of
+// its unchecked peak). Resident memory is the process's peak so far (cases run smallest first).
 //   remat_planner_bench                  all three
 //   remat_planner_bench LAYERS [SLOTS]   one GPT of LAYERS layers in half blocks (SLOTS: one grid)
 #include <sys/resource.h>
@@ -37,6 +38,16 @@ void time_planner(const remat::CostTable& costs, int64_t slots) {
                       : "segments of at most " + std::to_string(planner.max_segment_stages()) + " stages") +
                    ", resident peak "
             << static_cast<int64_t>(resident_mib()) << " MiB\n";
+}
+
+// What a caller of plan_optimal waits for: a table spanning [0, budget], refined least, one plan.
+void time_budget(const remat::CostTable& costs, double fraction) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = remat::plan_optimal(costs, remat::Budget::fraction(fraction));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::cout << "  plan_optimal at " << fraction * 100 << "% of the unchecked peak: " << seconds * 1e3 << " ms"
+            << (result.feasible ? "" : " (infeasible)") << ", resident peak " << static_cast<int64_t>(resident_mib())
+            << " MiB\n";
 }
 
 remat::CostTable half_block_gpt(const remat::models::GptConfig& config, remat::models::EstimateOptions options) {
@@ -79,7 +90,9 @@ int main(int argc, char** argv) try {
   time_planner(half_block_gpt(remat::models::GptConfig(), remat::models::EstimateOptions::as_run_by_libtorch(8)), grid);
   const auto ninety_six = large_gpt(47);
   for (const int64_t count : {int64_t{250}, grid, int64_t{4000}}) time_planner(ninety_six, count);
-  time_planner(large_gpt(499), grid);
+  const auto thousand = large_gpt(499);
+  time_planner(thousand, grid);
+  for (const double fraction : {0.01, 0.1, 0.5}) time_budget(thousand, fraction);
   return 0;
 } catch (const c10::Error& e) {
   std::cerr << "remat_planner_bench: " << e.what_without_backtrace() << "\n";

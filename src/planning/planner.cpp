@@ -84,12 +84,17 @@ class OptimalPlanner::Table {
   /// `first`: the parameter gradients of stages first..t (returned all at once when it ends) and
   /// δ(t), its backward's argument. 0 at the top level (subproblems ending at n-1) and for
   /// first > t; see docs/planner.md.
-  int64_t held_in_segment_units(int64_t first, int64_t t) const;
+  int64_t held_in_segment_units(int64_t first, int64_t t) const {
+    // Non-reentrant segments add gradients to .grad as they come and free δ(t) once used.
+    if (!reentrant_ || t >= n_ - 1 || first > t) return 0;
+    return parameter_units_before_[t + 1] - parameter_units_before_[first] + stages_[static_cast<size_t>(t)].x;
+  }
 
-  /// The slots a range's entries cover; hi < lo where no plan of it fits any slot.
+  /// The slots a range's entries cover, and its value at hi (its least); hi < lo where no plan of
+  /// it fits any slot.
   struct Window {
-    int64_t lo = 0, hi = -1;
-    size_t offset = 0;  // of its first entry in values_ and choices_
+    int32_t lo = 0, hi = -1;
+    double top = 0;
     bool empty() const { return hi < lo; }
   };
   /// One way to run range s..t: record stage s with an option, or checkpoint s..j-1. At slot m its
@@ -98,22 +103,37 @@ class OptimalPlanner::Table {
     int32_t choice;  // < max_options_: record with that option; >= max_options_: segment end j
     double seconds;
     int64_t lowest;
-    int64_t rest_s, rest_offset;    // range rest_s..t; rest_s < 0: none
-    int64_t inner_t, inner_offset;  // range s..inner_t; inner_t < 0: none
+    const Window* rest;  // range rest_s..t (s+1 or j); null: none
+    int64_t rest_s, rest_offset;
+    const Window* inner;  // range s..inner_t (j-1); null: none
+    int64_t inner_t, inner_offset;
   };
-  /// Ranges of at most longest_ stages (those inside a segment, and the chain's last ones) by length;
-  /// the longer ranges that end the chain, one per first stage.
+  /// Where a candidate starts (its threshold and its subranges' lowest slots), from where it is
+  /// constant (their highest), and its value there, the least it takes.
+  struct Span {
+    int64_t start, end;
+    double top;
+  };
+  /// Ranges of at most longest_ stages (those inside a segment, and the chain's last ones) by first
+  /// stage and by length; the longer ranges that end the chain, one per first stage.
   const Window& window(int64_t s, int64_t t) const {
     const int64_t length = t - s + 1;
-    return length <= longest_ ? windows_[length_start_[length] + static_cast<size_t>(s)]
+    return length <= longest_ ? by_start_[static_cast<size_t>(s)][static_cast<size_t>(length - 1)]
                               : rest_windows_[static_cast<size_t>(s)];
+  }
+  /// Where range s..t's entries start in values_ and choices_: its row's entry for slot m is at
+  /// `first_entry(s, t) + m - lo`.
+  size_t first_entry(int64_t s, int64_t t) const {
+    const int64_t length = t - s + 1;
+    return length <= longest_ ? first_entries_[static_cast<size_t>(s)][static_cast<size_t>(length - 1)]
+                              : rest_first_entries_[static_cast<size_t>(s)];
   }
   /// Calls `each` with every candidate of range s..t, in the order ties are broken (options first,
   /// then segment ends in increasing order); segments of at most longest_ stages.
   template <typename Each>
   void for_each_candidate(int64_t s, int64_t t, Each&& each) const;
-  /// Range s..t's window (from its subranges'), its entries appended and filled.
-  void fill_range(int64_t s, int64_t t, Window& w);
+  /// Range s..t's window (from its subranges'), its entries appended and filled from `first_entry`.
+  Window fill_range(int64_t s, int64_t t, size_t first_entry);
   /// The dynamic program over every range and the slots of its window (docs/planner.md), segments
   /// as long as the bounds allow.
   void fill_table();
@@ -131,34 +151,41 @@ class OptimalPlanner::Table {
   int64_t segment_units_ = 0;
   std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
   int64_t longest_ = 0;                          // the most stages a segment spans
-  std::vector<size_t> length_start_;             // of ranges of each length in windows_
-  std::vector<Window> windows_, rest_windows_;
+  // by_start_[s][length - 1] and by_end_[t][length - 1], the same windows: the segment loop reads
+  // the ranges s..j-1 and j..t of one range contiguously, as j grows.
+  std::vector<std::vector<Window>> by_start_, by_end_;
+  std::vector<Window> rest_windows_;
+  std::vector<std::vector<size_t>> first_entries_;  // [s][length - 1], as by_start_
+  std::vector<size_t> rest_first_entries_;
+  /// One range's candidates between the passes of fill_range (the first finds its window, the
+  /// second fills it): where each starts, its least value and its own seconds.
+  struct Pending {
+    int32_t choice, start;
+    double top, seconds;
+  };
+  std::vector<Pending> pending_;
   double updates_ = 0;            // slot updates so far
   std::vector<double> values_;    // least time
   std::vector<int32_t> choices_;  // Candidate::choice
   int32_t max_options_ = 1;
+  bool reentrant_ = false;
 };
 
 namespace {
 
-// Bounds on the table (12 bytes an entry) and on the slot updates filling it: a few nanoseconds
-// an update, so a plan takes 256 MiB and seconds at most, whatever the chain's length.
-constexpr double kMaxTableEntries = (256 << 20) / 12.0;
+// Bounds on the table (12 bytes an entry, and a range's window 40 bytes: two copies and where its
+// entries start) and on the slot updates filling it: a few nanoseconds an update, so a plan takes
+// 256 MiB and seconds at most, whatever the chain's length.
+constexpr double kMaxTableBytes = 256 << 20;
+constexpr double kEntryBytes = 12, kRangeBytes = 40;
 constexpr double kMaxSlotUpdates = 1e9;
 
 }  // namespace
 
-int64_t OptimalPlanner::Table::held_in_segment_units(int64_t first, int64_t t) const {
-  // Non-reentrant segments add gradients to .grad as they come and free δ(t) once used.
-  if (options_.mode() == CheckpointMode::non_reentrant || t >= n_ - 1 || first > t) return 0;
-  return parameter_units_before_[t + 1] - parameter_units_before_[first] +
-         round_up(costs_.stages[static_cast<size_t>(t)].output_bytes, unit_);
-}
-
 double OptimalPlanner::Table::cost(int64_t s, int64_t t, int64_t m) const {
   const Window& w = window(s, t);
   if (m < w.lo || w.empty()) return kInfinity;
-  return values_[w.offset + static_cast<size_t>(std::min(m, w.hi) - w.lo)];
+  return values_[first_entry(s, t) + static_cast<size_t>(std::min<int64_t>(m, w.hi) - w.lo)];
 }
 
 template <typename Each>
@@ -174,14 +201,16 @@ void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each
     const int64_t lowest =
         std::max(grad_t + opt.kept + opt.forward_extra,
                  first.x + opt.kept + first.input_grad + opt.backward_extra + held_in_segment_units(s + 1, t));
-    each(Candidate{static_cast<int32_t>(o), opt.seconds + recompute_extra, lowest, s == t ? -1 : s + 1, opt.kept, -1,
-                   0});
+    each(Candidate{static_cast<int32_t>(o), opt.seconds + recompute_extra, lowest, s == t ? nullptr : &window(s + 1, t),
+                   s + 1, opt.kept, nullptr, -1, 0});
   }
   // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward). A
   // segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is paid
   // once, however many stages it spans.
   double forward_seconds = costs_.segment_seconds();
   int64_t forward_peak = 0;
+  const Window* inner = by_start_[static_cast<size_t>(s)].data();  // inner[j - s - 1]: range s..j-1
+  const Window* rest = by_end_[static_cast<size_t>(t)].data();     // rest[t - j]: range j..t
   for (int64_t j = s + 1; j <= std::min(t, s + longest_); ++j) {
     const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
     const int64_t held_input = k == s ? 0 : stages_[k - 1].x;
@@ -192,118 +221,160 @@ void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each
     const int64_t held_in_backward = 2 * segment_units_ + held_in_segment_units(j, t);
     const int64_t lowest = std::max(forward_peak, std::max(x + segment_units_, held_in_backward));
     if (lowest > filled_) break;  // the forward's peak only grows with j
-    each(Candidate{max_options_ + static_cast<int32_t>(j), forward_seconds, lowest, j, x + segment_units_, k,
-                   held_in_backward});
+    each(Candidate{max_options_ + static_cast<int32_t>(j), forward_seconds, lowest,
+                   t - j + 1 <= longest_ ? &rest[t - j] : &rest_windows_[static_cast<size_t>(j)], j, x + segment_units_,
+                   &inner[j - s - 1], k, held_in_backward});
   }
 }
 
-void OptimalPlanner::Table::fill_range(int64_t s, int64_t t, Window& w) {
-  // Where a candidate starts (its threshold and its subranges' lowest slots) and from where it is
-  // constant (their highest); empty subranges rule it out.
-  struct Span {
-    int64_t start, end;
-  };
+OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64_t t, size_t first_entry) {
+  // Sums in the order the slot loops below add them, so that a value there equals `top` bitwise.
   auto span = [&](const Candidate& c) -> std::optional<Span> {
-    Span out{c.lowest, c.lowest};
-    if (c.rest_s >= 0) {
-      const Window& rest = window(c.rest_s, t);
-      if (rest.empty()) return std::nullopt;
-      out.start = std::max(out.start, c.rest_offset + rest.lo);
-      out.end = std::max(out.end, c.rest_offset + rest.hi);
+    Span out{c.lowest, c.lowest, c.seconds};
+    if (c.rest) {
+      if (c.rest->empty()) return std::nullopt;
+      out.start = std::max(out.start, c.rest_offset + c.rest->lo);
+      out.end = std::max(out.end, c.rest_offset + c.rest->hi);
+      out.top = out.top + c.rest->top;
     }
-    if (c.inner_t >= 0) {
-      const Window& inner = window(s, c.inner_t);
-      if (inner.empty()) return std::nullopt;
-      out.start = std::max(out.start, c.inner_offset + inner.lo);
-      out.end = std::max(out.end, c.inner_offset + inner.hi);
+    if (c.inner) {
+      if (c.inner->empty()) return std::nullopt;
+      out.start = std::max(out.start, c.inner_offset + c.inner->lo);
+      out.end = std::max(out.end, c.inner_offset + c.inner->hi);
+      out.top = out.top + c.inner->top;
     }
     if (out.start > filled_) return std::nullopt;
     return out;
   };
-  w = Window{filled_ + 1, -1, values_.size()};
-  for_each_candidate(s, t, [&](const Candidate& c) {
-    if (const auto sp = span(c)) {
-      w.lo = std::min(w.lo, sp->start);
-      w.hi = std::max(w.hi, std::min(sp->end, filled_));
-    }
-  });
-  if (w.empty()) return;
-  values_.resize(values_.size() + static_cast<size_t>(w.hi - w.lo + 1), kInfinity);
-  choices_.resize(values_.size(), -1);
-  double* row = values_.data() + w.offset - w.lo;  // row[m], m in [lo, hi]
-  int32_t* chosen = choices_.data() + w.offset - w.lo;
-  // The slots innermost, over contiguous entries; a subrange read at slot m' holds its value at
-  // min(m', its hi). Ties keep the earlier candidate.
+  // The window ends where the row first takes its least value: the least of the candidates' tops,
+  // reached at the earliest end among those that take it (a subrange's value is above its top below
+  // its hi, so a candidate reaches its top at its end). Above, the row keeps that value and the
+  // choice there stays feasible: a dense row's choices there may break ties otherwise, at equal cost.
+  Window w;
+  w.lo = static_cast<int32_t>(filled_ + 1);
+  double least_top = kInfinity;
+  int64_t least_top_from = filled_;
+  // Sized once per table, written field by field: this loop runs for every candidate of every range.
+  pending_.resize(static_cast<size_t>(max_options_ + longest_));
+  size_t pending = 0;
   for_each_candidate(s, t, [&](const Candidate& c) {
     const auto sp = span(c);
     if (!sp) return;
-    const int64_t end = w.hi;
-    updates_ += static_cast<double>(end - sp->start + 1);
+    Pending& p = pending_[pending++];
+    p.choice = c.choice;
+    p.start = static_cast<int32_t>(sp->start);
+    p.top = sp->top;
+    p.seconds = c.seconds;
+    w.lo = static_cast<int32_t>(std::min<int64_t>(w.lo, sp->start));
+    if (sp->top < least_top || (sp->top == least_top && sp->end < least_top_from)) {
+      least_top = sp->top;
+      least_top_from = sp->end;
+    }
+  });
+  if (w.lo > filled_) return w;
+  w.hi = static_cast<int32_t>(std::min(least_top_from, filled_));
+  values_.resize(first_entry + static_cast<size_t>(w.hi - w.lo + 1), kInfinity);
+  choices_.resize(values_.size(), -1);
+  double* row = values_.data() + first_entry - w.lo;  // row[m], m in [lo, hi]
+  int32_t* chosen = choices_.data() + first_entry - w.lo;
+  // The slots innermost, over contiguous entries; a subrange read at slot m' holds its value at
+  // min(m', its hi). Ties keep the earlier candidate. The row only falls with m (each candidate's
+  // value does), so a candidate cannot improve the slots from the first whose value is at most its
+  // top: those are skipped.
+  const UnitStage& first = stages_[static_cast<size_t>(s)];
+  const bool segment_end = s == t && t < n_ - 1;
+  for (size_t q = 0; q < pending; ++q) {
+    const Pending& p = pending_[q];
+    if (p.start > w.hi || !(row[p.start] > p.top)) continue;
+    const Candidate c = [&] {
+      if (p.choice < max_options_) {
+        const auto& opt = segment_end ? first.end_options[p.choice] : first.options[p.choice];
+        return Candidate{p.choice, p.seconds, 0, s == t ? nullptr : &window(s + 1, t), s + 1, opt.kept, nullptr, -1, 0};
+      }
+      const int64_t j = p.choice - max_options_;
+      return Candidate{p.choice,          p.seconds, 0,
+                       &window(j, t),     j,         stages_[j - 1].x + segment_units_,
+                       &window(s, j - 1), j - 1,     2 * segment_units_ + held_in_segment_units(j, t)};
+    }();
+    const Span sp{p.start, 0, p.top};
+    const int64_t end =
+        std::partition_point(row + sp.start, row + w.hi + 1, [&](double value) { return value > sp.top; }) - row - 1;
+    updates_ += static_cast<double>(end - sp.start + 1);
     auto update = [&](int64_t m, double total_seconds) {
       if (total_seconds < row[m]) {
         row[m] = total_seconds;
         chosen[m] = c.choice;
       }
     };
-    if (c.rest_s < 0) {
-      for (int64_t m = sp->start; m <= end; ++m) update(m, c.seconds);
-      return;
+    if (!c.rest) {
+      for (int64_t m = sp.start; m <= end; ++m) update(m, c.seconds);
+      continue;
     }
     // Split where a subrange's window ends, so that each loop reads contiguous entries (or one).
-    const Window& r = window(c.rest_s, t);
-    const double* rest = values_.data() + r.offset - r.lo - c.rest_offset;  // rest[m]: at slot m - offset
-    const int64_t rest_ends = std::min(end, r.hi + c.rest_offset);
-    const double rest_top = values_[r.offset + static_cast<size_t>(r.hi - r.lo)];
-    if (c.inner_t < 0) {
-      for (int64_t m = sp->start; m <= rest_ends; ++m) update(m, c.seconds + rest[m]);
-      for (int64_t m = std::max(sp->start, rest_ends + 1); m <= end; ++m) update(m, c.seconds + rest_top);
-      return;
+    const Window& r = *c.rest;
+    const double* rest =
+        values_.data() + this->first_entry(c.rest_s, t) - r.lo - c.rest_offset;  // rest[m]: at slot m - offset
+    const int64_t rest_ends = std::min<int64_t>(end, r.hi + c.rest_offset);
+    if (!c.inner) {
+      for (int64_t m = sp.start; m <= rest_ends; ++m) update(m, c.seconds + rest[m]);
+      for (int64_t m = std::max(sp.start, rest_ends + 1); m <= end; ++m) update(m, c.seconds + r.top);
+      continue;
     }
-    const Window& i = window(s, c.inner_t);
-    const double* inner = values_.data() + i.offset - i.lo - c.inner_offset;
-    const int64_t inner_ends = std::min(end, i.hi + c.inner_offset);
-    const double inner_top = values_[i.offset + static_cast<size_t>(i.hi - i.lo)];
+    const Window& i = *c.inner;
+    const double* inner = values_.data() + this->first_entry(s, c.inner_t) - i.lo - c.inner_offset;
+    const int64_t inner_ends = std::min<int64_t>(end, i.hi + c.inner_offset);
     const int64_t both = std::min(rest_ends, inner_ends);
-    for (int64_t m = sp->start; m <= both; ++m) update(m, c.seconds + rest[m] + inner[m]);
-    int64_t m = std::max(sp->start, both + 1);
-    for (; m <= rest_ends; ++m) update(m, c.seconds + rest[m] + inner_top);
-    for (; m <= inner_ends; ++m) update(m, c.seconds + rest_top + inner[m]);
-    for (; m <= end; ++m) update(m, c.seconds + rest_top + inner_top);
-  });
+    for (int64_t m = sp.start; m <= both; ++m) update(m, c.seconds + rest[m] + inner[m]);
+    int64_t m = std::max(sp.start, both + 1);
+    for (; m <= rest_ends; ++m) update(m, c.seconds + rest[m] + i.top);
+    for (; m <= inner_ends; ++m) update(m, c.seconds + r.top + inner[m]);
+    for (; m <= end; ++m) update(m, c.seconds + r.top + i.top);
+  }
+  w.top = row[w.hi];
+  return w;
 }
 
 void OptimalPlanner::Table::fill_table() {
   // A range's candidates read only shorter ranges: by length. Segments grow one stage a length
-  // while what the next length and the chain's longer ranges could still take (each at most a full
-  // row of slots) stays within the bounds; then the chain's longer ranges, from the last stage back.
+  // while the table, with what the next length and the chain's longer ranges could still take (each
+  // at most a full row of slots), stays within its bound, and the slot updates so far within
+  // theirs; then the chain's longer ranges, from the last stage back.
   const double row = static_cast<double>(filled_ + 1);
   auto within_bounds = [&](int64_t longest) {
     const double next = static_cast<double>(std::max<int64_t>(0, n_ - longest));        // ranges of length+1
     const double longer = static_cast<double>(std::max<int64_t>(0, n_ - longest - 1));  // beyond it
-    const double entries = static_cast<double>(values_.size()) + (next + longer) * row;
-    const double updates = updates_ + (next + longer) * row * static_cast<double>(max_options_ + longest + 1);
-    return entries <= kMaxTableEntries && updates <= kMaxSlotUpdates;
+    const double ranges = static_cast<double>(longest) * static_cast<double>(n_) + next + longer;
+    const double bytes =
+        kEntryBytes * (static_cast<double>(values_.size()) + (next + longer) * row) + kRangeBytes * ranges;
+    return bytes <= kMaxTableBytes && updates_ <= kMaxSlotUpdates;
   };
   REMAT_CHECK(within_bounds(0), "planner: a chain of ", n_, " stages with ", slots_,
-              " memory slots needs a table of up to ", static_cast<double>(n_) * row, " entries (at most ",
-              kMaxTableEntries, "); plan fewer stages (a coarser granularity) or with fewer ", "memory slots.");
-  // Reserved once (untouched pages cost nothing): growing by doubling would copy the table and
-  // hold it twice at its largest.
-  const double ranges = static_cast<double>(n_) * static_cast<double>(n_ + 1) / 2;
-  values_.reserve(static_cast<size_t>(std::min(kMaxTableEntries, ranges * row)));
-  choices_.reserve(values_.capacity());
-  length_start_.assign(1, 0);
+              " memory slots needs a table of up to ",
+              kEntryBytes * static_cast<double>(n_) * row + kRangeBytes * static_cast<double>(n_), " bytes (at most ",
+              kMaxTableBytes, "); plan fewer stages (a coarser granularity) or with fewer memory slots.");
+  by_start_.assign(static_cast<size_t>(n_), {});
+  by_end_.assign(static_cast<size_t>(n_), {});
+  first_entries_.assign(static_cast<size_t>(n_), {});
   for (int64_t length = 1; length <= n_; ++length) {
     if (length > 1 && !within_bounds(length - 1)) break;
     longest_ = length;
-    length_start_.push_back(windows_.size());  // length_start_[length]
-    windows_.resize(windows_.size() + static_cast<size_t>(n_ - length + 1));
     for (int64_t s = 0; s + length - 1 < n_; ++s) {
-      fill_range(s, s + length - 1, windows_[length_start_[length] + static_cast<size_t>(s)]);
+      const size_t first = values_.size();
+      const Window w = fill_range(s, s + length - 1, first);
+      by_start_[static_cast<size_t>(s)].push_back(w);
+      by_end_[static_cast<size_t>(s + length - 1)].push_back(w);
+      first_entries_[static_cast<size_t>(s)].push_back(first);
     }
   }
   rest_windows_.assign(static_cast<size_t>(n_), Window{});
-  for (int64_t s = n_ - 1 - longest_; s >= 0; --s) fill_range(s, n_ - 1, rest_windows_[static_cast<size_t>(s)]);
+  rest_first_entries_.assign(static_cast<size_t>(n_), 0);
+  for (int64_t s = n_ - 1 - longest_; s >= 0; --s) {
+    rest_first_entries_[static_cast<size_t>(s)] = values_.size();
+    rest_windows_[static_cast<size_t>(s)] = fill_range(s, n_ - 1, values_.size());
+  }
+  pending_ = {};
+  values_.shrink_to_fit();
+  choices_.shrink_to_fit();
 }
 
 OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
@@ -325,6 +396,7 @@ OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int
   filled_ = filled_units < 0 ? slots_ : std::min(filled_units, slots_);
   stages_ = to_units(costs_, unit_);
   segment_units_ = round_up(costs_.segment_bytes, unit_);
+  reentrant_ = options_.mode() == CheckpointMode::reentrant;
   for (const auto& s : stages_) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
   // Subproblems that end before the last stage are the inside of a checkpointed segment (a segment
   // never ends at the end of its range, and the top level's rest always ends at n-1): there the
@@ -386,8 +458,8 @@ void OptimalPlanner::Table::build(int64_t s, int64_t t, int64_t m, std::vector<P
   while (true) {
     const Window& w = window(s, t);
     TORCH_INTERNAL_ASSERT(!w.empty() && m >= w.lo, "planner: backtracking reached an infeasible state");
-    m = std::min(m, w.hi);
-    const int32_t choice = choices_[w.offset + static_cast<size_t>(m - w.lo)];
+    m = std::min<int64_t>(m, w.hi);
+    const int32_t choice = choices_[first_entry(s, t) + static_cast<size_t>(m - w.lo)];
     TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
     if (choice < max_options_) {
       plan.options[s] = costs_.stages[s].options[choice].option;
