@@ -164,7 +164,7 @@ class OptimalPlanner::Table {
     double top, seconds;
   };
   std::vector<Pending> pending_;
-  double updates_ = 0;            // slot updates so far
+  double work_ = 0;               // candidates weighed and slots updated so far
   std::vector<double> values_;    // least time
   std::vector<int32_t> choices_;  // Candidate::choice
   int32_t max_options_ = 1;
@@ -174,11 +174,11 @@ class OptimalPlanner::Table {
 namespace {
 
 // Bounds on the table (12 bytes an entry, and a range's window 40 bytes: two copies and where its
-// entries start) and on the slot updates filling it: a few nanoseconds an update, so a plan takes
-// 256 MiB and seconds at most, whatever the chain's length.
+// entries start) and on the work filling it (candidates weighed and slots updated, a few
+// nanoseconds each): a plan takes 256 MiB and seconds at most, whatever the chain's length.
 constexpr double kMaxTableBytes = 256 << 20;
 constexpr double kEntryBytes = 12, kRangeBytes = 40;
-constexpr double kMaxSlotUpdates = 1e9;
+constexpr double kMaxWork = 4e8;
 
 }  // namespace
 
@@ -257,7 +257,9 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
   // Sized once per table, written field by field: this loop runs for every candidate of every range.
   pending_.resize(static_cast<size_t>(max_options_ + longest_));
   size_t pending = 0;
+  int64_t weighed = 0;
   for_each_candidate(s, t, [&](const Candidate& c) {
+    ++weighed;
     const auto sp = span(c);
     if (!sp) return;
     Pending& p = pending_[pending++];
@@ -271,6 +273,7 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
       least_top_from = sp->end;
     }
   });
+  work_ += static_cast<double>(weighed);
   if (w.lo > filled_) return w;
   w.hi = static_cast<int32_t>(std::min(least_top_from, filled_));
   values_.resize(first_entry + static_cast<size_t>(w.hi - w.lo + 1), kInfinity);
@@ -299,7 +302,7 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
     const Span sp{p.start, 0, p.top};
     const int64_t end =
         std::partition_point(row + sp.start, row + w.hi + 1, [&](double value) { return value > sp.top; }) - row - 1;
-    updates_ += static_cast<double>(end - sp.start + 1);
+    work_ += static_cast<double>(end - sp.start + 1);
     auto update = [&](int64_t m, double total_seconds) {
       if (total_seconds < row[m]) {
         row[m] = total_seconds;
@@ -337,8 +340,8 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
 void OptimalPlanner::Table::fill_table() {
   // A range's candidates read only shorter ranges: by length. Segments grow one stage a length
   // while the table, with what the next length and the chain's longer ranges could still take (each
-  // at most a full row of slots), stays within its bound, and the slot updates so far within
-  // theirs; then the chain's longer ranges, from the last stage back.
+  // at most a full row of slots), stays within its bound, and the work so far with the candidates
+  // those ranges weigh within its; then the chain's longer ranges, from the last stage back.
   const double row = static_cast<double>(filled_ + 1);
   auto within_bounds = [&](int64_t longest) {
     const double next = static_cast<double>(std::max<int64_t>(0, n_ - longest));        // ranges of length+1
@@ -346,7 +349,10 @@ void OptimalPlanner::Table::fill_table() {
     const double ranges = static_cast<double>(longest) * static_cast<double>(n_) + next + longer;
     const double bytes =
         kEntryBytes * (static_cast<double>(values_.size()) + (next + longer) * row) + kRangeBytes * ranges;
-    return bytes <= kMaxTableBytes && updates_ <= kMaxSlotUpdates;
+    // Each range of the next length, and each longer one, weighs one candidate per option and per end
+    // of its first segment.
+    const double weighed = (next + longer) * static_cast<double>(max_options_ + longest + 1);
+    return bytes <= kMaxTableBytes && work_ + weighed <= kMaxWork;
   };
   REMAT_CHECK(within_bounds(0), "planner: a chain of ", n_, " stages with ", slots_,
               " memory slots needs a table of up to ",
