@@ -189,3 +189,64 @@ TEST(Planned, KeepsAPlanPerInputShapeAndReusesIt) {
   REMAT_EXPECT_ERROR(remat::Planned(mlp(1), "70%", remat::PlannedOptions().max_cached_plans(0)),
                      "max_cached_plans must be at least 1");
 }
+
+// Batch and length change every step: the first shapes are profiled and fitted, the others planned
+// from the fit (no profiling), each verified by a measured step; every step's peak is within its
+// shape's budget; a shape beyond the fitted range is profiled, not refused; the fit, saved and read
+// back, plans a new Planned's first shape without profiling.
+TEST(Planned, PlansNewShapesFromCostsFittedOverTheShapesProfiled) {
+  remat::install_cpu_memory_tracker();
+  const auto options = [] {
+    return remat::PlannedOptions()
+        .replan_on_new_shape(true)
+        .fit_shapes(remat::ShapeTerms::batch_and_length())
+        .planning(remat::testing::quick_planning());
+  };
+  remat::Planned planned(mlp(6), "80%", options());
+  // Gradients allocated up front, as after a first step: a step's activation peak is then its own.
+  for (auto& p : planned->parameters()) p.mutable_grad() = torch::zeros_like(p);
+  // {1, B} x {1, T, T^2}: the six terms' values differ on these six shapes.
+  const std::vector<std::vector<int64_t>> profiled = {{2, 4}, {2, 8}, {2, 12}, {4, 4}, {4, 8}, {4, 12}};
+  const std::vector<std::vector<int64_t>> fitted = {{3, 5}, {2, 10}, {4, 6}, {3, 11}, {3, 7}};
+  auto step = [&](const std::vector<int64_t>& shape) {
+    const at::Tensor x = torch::randn({shape[0], shape[1], 32});
+    planned->calibrate(x);  // what forward does on a new shape; outside the measurement below
+    const remat::StepMeasurement m = remat::measure_step([&] { return planned->forward(x).sum(); });
+    const remat::PlanResult& r = planned->budget_plan();
+    EXPECT_LE(m.activation_peak_bytes(), r.budget_bytes) << r.plan.to_string();
+    EXPECT_GT(planned->planning_seconds(), 0);
+  };
+  for (size_t i = 0; i < profiled.size(); ++i) {
+    SCOPED_TRACE("profiled shape " + std::to_string(i));
+    step(profiled[i]);
+    EXPECT_FALSE(planned->planned_from_fit());
+    EXPECT_EQ(planned->shape_costs().has_value(), i + 1 == profiled.size()) << "fitted once there are six shapes";
+  }
+  for (const auto& shape : fitted) {
+    SCOPED_TRACE("fitted shape " + std::to_string(shape[0]) + "x" + std::to_string(shape[1]));
+    step(shape);
+    EXPECT_TRUE(planned->planned_from_fit());
+    EXPECT_EQ(planned->shapes_profiled(), 6);
+  }
+  step({5, 8});  // beyond the batches fitted: profiled once more, and fitted in
+  EXPECT_FALSE(planned->planned_from_fit());
+  EXPECT_EQ(planned->shapes_profiled(), 7);
+  ASSERT_TRUE(planned->shape_costs()->covers({5, 12}));
+  EXPECT_EQ(planned->plans_made(), 12);
+
+  // The fit is a file: a new Planned given it plans its first shape from it.
+  const remat::ShapeCosts saved = remat::ShapeCosts::from_json(planned->shape_costs()->to_json());
+  remat::Planned next(mlp(6), "80%", options().shape_costs(saved));
+  const at::Tensor x = torch::randn({3, 9, 32});
+  next->forward(x).sum().backward();
+  EXPECT_TRUE(next->planned_from_fit());
+  EXPECT_EQ(next->shapes_profiled(), 0);
+  std::ostringstream printed;
+  next->pretty_print(printed);
+  EXPECT_NE(printed.str().find("costs fitted over 7 shapes"), std::string::npos) << printed.str();
+
+  REMAT_EXPECT_ERROR(remat::Planned(mlp(1), "70%", remat::PlannedOptions().fit_shapes(remat::ShapeTerms::batch_only())),
+                     "set replan_on_new_shape as well");
+  remat::Planned wrong(mlp(2), "70%", options().shape_of([](const at::Tensor&) { return std::vector<int64_t>{4}; }));
+  REMAT_EXPECT_ERROR(wrong->forward(torch::randn({2, 4, 32})), "the fit needs 2 positive sizes");
+}

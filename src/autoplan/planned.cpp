@@ -11,9 +11,13 @@
 
 #include "base/tensor_text.h"
 #include "remat/base/error.h"
+#include "remat/measure/profiler.h"
 
 namespace remat {
 namespace {
+
+// The profiled shapes a fit is made over: the latest, where shapes keep falling outside it.
+constexpr size_t kMaxFittedShapes = 64;
 
 std::string shape_text(c10::IntArrayRef sizes, at::ScalarType dtype, c10::Device device) {
   return detail::tensor_text(sizes, dtype, &device);
@@ -27,6 +31,16 @@ PlannedImpl::PlannedImpl(torch::nn::Sequential sequential, Budget budget, Planne
               "at least one.");
   REMAT_CHECK(options_.max_cached_plans() >= 1, "Planned: max_cached_plans must be at least 1 (the plan in use), got ",
               options_.max_cached_plans(), ".");
+  REMAT_CHECK(options_.replan_on_new_shape() || (!options_.fit_shapes() && !options_.shape_costs()),
+              "Planned: fit_shapes and shape_costs plan new shapes: set replan_on_new_shape as well.");
+  REMAT_CHECK(!options_.fit_shapes() || !options_.fit_shapes()->exponents.empty(),
+              "Planned: fit_shapes has no terms; give ShapeTerms::batch_only(), batch_and_length() or your own.");
+  REMAT_CHECK(!options_.fit_shapes() || !options_.shape_costs() ||
+                  options_.fit_shapes()->dimensions == options_.shape_costs()->terms().dimensions,
+              "Planned: fit_shapes and the shape_costs given are in different dimensions (",
+              options_.fit_shapes()->describe(), " against ",
+              options_.shape_costs() ? options_.shape_costs()->terms().describe() : std::string(), ").");
+  fit_ = options_.shape_costs();
   chain_ = std::make_shared<SequentialChain>(sequential_, nullptr,
                                              SequentialChainOptions().group_sizes(options_.group_sizes()));
   // The Sequential's own children, registered under their own names: "0.weight", not "sequential.0.weight".
@@ -62,10 +76,45 @@ const PlanResult& PlannedImpl::calibrate(const at::Tensor& sample_input) {
               "of the size you train with.");
   c10::AutoGradMode grad(true);
   const auto start = std::chrono::steady_clock::now();
-  PlanResult result =
-      make_plan(PlanRequest::of_budget(budget_).options(options_.planning()), PlanSubject(*chain_, sample_input));
-  ShapePlan made{sample_input.sizes().vec(), sample_input.scalar_type(), sample_input.device(), std::move(result),
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  const std::vector<int64_t> shape = fit_shape_of(sample_input);
+  const bool from_fit = fit_ && fit_->covers(shape);
+  PlanResult result;
+  if (from_fit) {
+    // Solved on the fitted costs and verified by one measured step of this shape: the fit's times
+    // are least squares, too rough to time plans against each other, so no measured choice.
+    PlanningOptions planning = options_.planning();
+    planning.choice().when(ChooseByMeasurement::never);
+    result = make_plan(PlanRequest::of_budget(budget_).options(planning),
+                       PlanSubject(*chain_, sample_input).costs(fit_->at(shape)));
+  } else {
+    const PlanningOptions& planning = options_.planning();
+    CostTable profiled = profile_chain(*chain_, sample_input, planning.profile(), planning.mode());
+    ++shapes_profiled_;
+    result = make_plan(PlanRequest::of_budget(budget_).options(planning),
+                       PlanSubject(*chain_, sample_input).costs(profiled));
+    if (options_.fit_shapes()) {
+      // Fitted once there are as many shapes as terms (one shape profiled again replaces its table).
+      auto same =
+          std::find_if(profiled_.begin(), profiled_.end(), [&](const ShapedCosts& c) { return c.shape == shape; });
+      if (same != profiled_.end()) profiled_.erase(same);
+      profiled_.push_back(ShapedCosts{shape, std::move(profiled)});
+      if (profiled_.size() > kMaxFittedShapes) profiled_.erase(profiled_.begin());
+      if (profiled_.size() >= options_.fit_shapes()->exponents.size()) {
+        try {
+          fit_ = ShapeCosts::fit(profiled_, *options_.fit_shapes());
+        } catch (const c10::Error&) {
+          // The shapes so far do not tell the terms apart (every batch the same, say): the tables
+          // are one chain's, so that is the one failure here, and profiling on is the way out.
+        }
+      }
+    }
+  }
+  ShapePlan made{sample_input.sizes().vec(),
+                 sample_input.scalar_type(),
+                 sample_input.device(),
+                 std::move(result),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                 from_fit};
   ++plans_made_;
   if (ShapePlan* old = find_plan(sample_input)) {
     *old = std::move(made);  // find_plan moved it last
@@ -91,6 +140,32 @@ const PlanResult& PlannedImpl::budget_plan() const {
   REMAT_CHECK(!plans_.empty(),
               "Planned: not calibrated yet; call calibrate(sample) or run a forward in training mode.");
   return plans_.back().result;
+}
+
+bool PlannedImpl::planned_from_fit() const {
+  budget_plan();  // the same error before calibration
+  return plans_.back().from_fit;
+}
+
+std::vector<int64_t> PlannedImpl::fit_shape_of(const at::Tensor& input) const {
+  const ShapeTerms* terms = options_.fit_shapes() ? &*options_.fit_shapes() : fit_ ? &fit_->terms() : nullptr;
+  if (terms == nullptr) return {};
+  const size_t dimensions = terms->dimensions.size();
+  std::vector<int64_t> shape;
+  if (options_.shape_of()) {
+    shape = options_.shape_of()(input);
+  } else {
+    REMAT_CHECK(static_cast<size_t>(input.dim()) >= dimensions, "Planned: an input of ",
+                shape_text(input.sizes(), input.scalar_type(), input.device()), " has fewer dimensions than the fit's ",
+                dimensions, " (", terms->describe(), "); give PlannedOptions::shape_of to say which sizes they are.");
+    for (size_t d = 0; d < dimensions; ++d) shape.push_back(input.size(static_cast<int64_t>(d)));
+  }
+  bool positive = shape.size() == dimensions;
+  for (const int64_t size : shape) positive = positive && size >= 1;
+  REMAT_CHECK(positive, "Planned: shape_of gave ", c10::IntArrayRef(shape), " for an input of ",
+              shape_text(input.sizes(), input.scalar_type(), input.device()), "; the fit needs ", dimensions,
+              " positive sizes (", terms->describe(), ").");
+  return shape;
 }
 
 double PlannedImpl::planning_seconds() const {
@@ -149,7 +224,9 @@ void PlannedImpl::pretty_print(std::ostream& stream) const {
          << (calibrated() ? "plan " + budget_plan().plan.to_string() : std::string("not calibrated"))
          << (calibrated() && !budget_plan().timed_under.empty() ? ", timed under " + budget_plan().timed_under
                                                                 : std::string())
-         << (plans_.size() > 1 ? ", " + std::to_string(plans_.size()) + " shapes planned" : std::string()) << ")";
+         << (plans_.size() > 1 ? ", " + std::to_string(plans_.size()) + " shapes planned" : std::string())
+         << (fit_ ? ", costs fitted over " + std::to_string(fit_->fitted_shapes().size()) + " shapes" : std::string())
+         << ")";
 }
 
 }  // namespace remat
