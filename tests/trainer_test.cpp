@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -369,4 +371,48 @@ TEST(Train, AnUnwritableStateFolderIsRefusedBeforeTheFirstStep) {
   TrainOptions o = small_run("block");
   o.save_dir = (dir / "a-file" / "state").string();
   REMAT_EXPECT_ERROR(Trainer t(o), "cannot create the state directory");
+}
+
+// Lengths drawn per step: each step's batch has one of them; under a budget each length runs its own
+// plan (three profiled, the others planned from the fitted costs), every step's activation peak
+// within its length's budget, the fitted prediction of a length never profiled exact in bytes.
+TEST(Train, VariableLengthsRunAPlanPerLengthEachWithinItsBudget) {
+  TrainOptions o = small_run();
+  o.model.sequence(32);
+  o.lengths = {8, 16, 24, 32, 12};
+  o.plan = remat::PlanRequest::of_budget("60%");
+  o.plan.options().profile().repeats(1);
+  Trainer trainer(o);
+  ASSERT_TRUE(trainer.length_costs().has_value()) << "fitted over the lengths profiled";
+  EXPECT_EQ(trainer.length_costs()->fitted_shapes(), (std::vector<std::vector<int64_t>>{{8}, {16}, {32}}));
+  ASSERT_EQ(trainer.length_plans().count(32), 1u) << "the longest planned before the first step, as plan()";
+  std::set<int64_t> seen = {32};
+  std::map<int64_t, int64_t> peaks;  // from step 2
+  for (int i = 0; i < 24; ++i) {
+    const remat::train::StepRecord r = trainer.step();
+    SCOPED_TRACE("step " + std::to_string(r.step) + ", length " + std::to_string(r.sequence));
+    ASSERT_TRUE(std::count(o.lengths.begin(), o.lengths.end(), r.sequence) == 1);
+    EXPECT_EQ(r.tokens, o.batch * r.sequence);
+    ASSERT_GE(r.budget_bytes, 0);
+    if (r.step > 1) {  // step 1 also allocates the gradients
+      EXPECT_LE(r.activation_peak_bytes, r.budget_bytes);
+      peaks[r.sequence] = std::max(peaks[r.sequence], r.activation_peak_bytes);
+    }
+    EXPECT_EQ(r.planning_seconds > 0, seen.insert(r.sequence).second) << "planned once, on its first step";
+  }
+  EXPECT_GE(seen.size(), 4u);
+  for (const auto& [length, planned] : trainer.length_plans()) {
+    EXPECT_EQ(planned.from_fit, length == 12 || length == 24) << length;
+    // The peak predicted from the costs (fitted, for a length never profiled) against the measured one.
+    if (peaks.count(length) == 0) continue;
+    const double measured = static_cast<double>(peaks[length]);
+    EXPECT_NEAR(static_cast<double>(planned.result.prediction.peak_bytes), measured, 0.05 * measured) << length;
+  }
+
+  TrainOptions too_long = o;
+  too_long.lengths = {8, 33};
+  REMAT_EXPECT_ERROR(Trainer{too_long}, "a length of 33 lies outside [1, GptConfig::sequence = 32]");
+  TrainOptions with_throughput = o;
+  with_throughput.maximize_throughput = true;
+  REMAT_EXPECT_ERROR(Trainer{with_throughput}, "TrainOptions::lengths and TrainOptions::maximize_throughput");
 }

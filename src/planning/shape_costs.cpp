@@ -147,6 +147,8 @@ double evaluate(const std::vector<double>& coefficients, const std::vector<doubl
 
 ShapeTerms ShapeTerms::batch_only() { return {{"batch"}, {{0}, {1}}}; }
 
+ShapeTerms ShapeTerms::length_only() { return {{"length"}, {{0}, {1}, {2}}}; }
+
 ShapeTerms ShapeTerms::batch_and_length() {
   return {{"batch", "length"}, {{0, 0}, {1, 0}, {0, 1}, {0, 2}, {1, 1}, {1, 2}}};
 }

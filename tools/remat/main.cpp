@@ -45,6 +45,7 @@ std::string flag_of(const std::string& field) {
       {"TrainOptions::keep_last", "--keep-last"},
       {"ProfileOptions::repeats", "--repeats"},
       {"TrainOptions::micro_batch", "--micro-batch"},
+      {"TrainOptions::lengths", "--lengths"},
       {"TrainOptions::maximize_throughput", "--maximize throughput"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -28,6 +29,7 @@ struct TrainFlags {
   ModelFlags model;
   std::string policy = "none", plan_file;
   std::vector<std::string> budgets;
+  std::string lengths;
   std::string maximize;
   bool verify = false;
   bool compare = false;
@@ -54,6 +56,44 @@ std::string printable(const std::string& text) {
 }
 
 // Checked before any rank starts, so that a bad flag fails once rather than once per rank.
+// "--lengths 64:512:64" (from 64 to 512 by 64) or "64,128,512": the lengths a step draws from.
+std::vector<int64_t> parse_lengths(const std::string& text) {
+  const auto number = [&](const std::string& part) {
+    size_t used = 0;
+    int64_t value = 0;
+    try {
+      value = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    REMAT_CHECK(used == part.size() && !part.empty() && value >= 1 && value <= (int64_t{1} << 24), "--lengths: '", part,
+                "' in '", text, "' is not a length; give MIN:MAX:STEP (64:512:64) or a list (64,128,512).");
+    return value;
+  };
+  std::vector<std::string> parts;
+  const char separator = text.find(':') != std::string::npos ? ':' : ',';
+  for (size_t at = 0;;) {
+    const size_t end = text.find(separator, at);
+    parts.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  std::vector<int64_t> lengths;
+  if (separator == ',') {
+    REMAT_CHECK(parts.size() <= 4096, "--lengths: ", parts.size(), " lengths; give at most 4096.");
+    for (const auto& part : parts) lengths.push_back(number(part));
+    return lengths;
+  }
+  REMAT_CHECK(parts.size() == 2 || parts.size() == 3, "--lengths: '", text,
+              "' is not MIN:MAX or MIN:MAX:STEP (64:512:64).");
+  const int64_t least = number(parts[0]), most = number(parts[1]), step = parts.size() == 3 ? number(parts[2]) : 64;
+  REMAT_CHECK(least <= most, "--lengths: '", text, "' runs from ", least, " down to ", most, "; give MIN <= MAX.");
+  REMAT_CHECK((most - least) / step < 4096, "--lengths: '", text,
+              "' gives more than 4096 lengths; take a larger step.");
+  for (int64_t length = least; length <= most; length += step) lengths.push_back(length);
+  return lengths;
+}
+
 void apply_train_flags(TrainFlags& flags) {
   flags.model.apply_preset();
   flags.model.refuse_together("--policy", "--budget");
@@ -72,6 +112,7 @@ void apply_train_flags(TrainFlags& flags) {
   }
   options.plan.mode(flags.model.checkpoint_mode);
   options.maximize_throughput = flags.maximize == "throughput";
+  if (!flags.lengths.empty()) options.lengths = parse_lengths(flags.lengths);
   // A save writes `latest` (and folders) in --save-state: neither it nor the folder may be an input.
   if (!options.save_dir.empty()) {
     const std::vector<std::pair<std::string, std::string>> inputs = {{"--data", options.data_file},
@@ -148,6 +189,21 @@ nlohmann::json verify_before_training(train::Trainer& trainer, std::ostream& out
           {"output_difference", v.output_max_abs_difference}};
 }
 
+// With --lengths: the step's length, and with a budget the plan of that length (its recomputed
+// stages) and the time planning it took on its first step.
+std::string length_and_plan(const train::Trainer& trainer, const train::StepRecord& r) {
+  if (trainer.options().lengths.empty()) return "";
+  std::string text = ", length " + std::to_string(r.sequence);
+  const auto planned = trainer.length_plans().find(r.sequence);
+  if (planned == trainer.length_plans().end()) return text;
+  const std::vector<int64_t> depths = planned->second.result.plan.recompute_depths();
+  const auto recomputed = std::count_if(depths.begin(), depths.end(), [](int64_t d) { return d > 0; });
+  text += " (plan " + std::to_string(recomputed) + "/" + std::to_string(depths.size()) + " stages recomputed, " +
+          (planned->second.from_fit ? "fitted" : "profiled") + " costs, budget " + format_bytes(r.budget_bytes) + ")";
+  if (r.planning_seconds > 0) text += ", planned in " + fixed(r.planning_seconds, 2) + " s";
+  return text;
+}
+
 std::vector<train::StepRecord> train_steps(train::Trainer& trainer, int rank) {
   const auto& o = trainer.options();
   std::vector<train::StepRecord> records;
@@ -158,7 +214,7 @@ std::vector<train::StepRecord> train_steps(train::Trainer& trainer, int rank) {
     if (rank != 0) continue;
     progress.update(i + 1, "global step " + std::to_string(r.step) + ", loss " + fixed(r.loss, 4) + ", " +
                                fixed(static_cast<double>(r.tokens) / r.seconds, 0) + " tok/s, activation peak " +
-                               format_bytes(r.activation_peak_bytes) +
+                               format_bytes(r.activation_peak_bytes) + length_and_plan(trainer, r) +
                                (o.save_every > 0 && r.step % o.save_every == 0 ? ", saved" : ""));
   }
   return records;
@@ -213,6 +269,73 @@ nlohmann::json train_report(const train::Trainer& trainer, const std::vector<tra
   report["config"]["batch"] = o.batch;
   report["config"]["micro_batch"] = trainer.micro_batch();
   return report;
+}
+
+// With --lengths: each length's steps, their largest activation peak against the budget of its
+// plan, the peak its costs predicted, the median step time and the time planning it took.
+struct LengthFigures {
+  int64_t length = 0, steps = 0, peak = 0, budget = -1, predicted = -1, over_budget = 0;
+  std::vector<double> seconds;
+  double planning_seconds = 0;
+  std::string costs;  // "fitted" or "profiled"; empty without a budget
+};
+
+std::vector<LengthFigures> length_figures(const train::Trainer& trainer,
+                                          const std::vector<train::StepRecord>& records) {
+  std::map<int64_t, LengthFigures> by_length;
+  for (const auto& r : records) {
+    LengthFigures& f = by_length[r.sequence];
+    f.length = r.sequence;
+    ++f.steps;
+    f.peak = std::max(f.peak, r.activation_peak_bytes);
+    f.budget = r.budget_bytes;
+    f.predicted = r.predicted_peak_bytes;
+    f.over_budget += r.budget_bytes >= 0 && r.activation_peak_bytes > r.budget_bytes ? 1 : 0;
+    f.seconds.push_back(r.seconds);
+  }
+  std::vector<LengthFigures> out;
+  for (auto& [length, f] : by_length) {
+    const auto planned = trainer.length_plans().find(length);
+    if (planned != trainer.length_plans().end()) {
+      f.planning_seconds = planned->second.planning_seconds;
+      f.costs = planned->second.from_fit ? "fitted" : "profiled";
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+Table length_table(const std::vector<LengthFigures>& lengths) {
+  Table table({"length", "steps", "activation peak", "budget", "predicted", "predicted - measured", "step s (median)",
+               "planning s", "costs"});
+  for (const auto& f : lengths) {
+    const bool planned = f.budget >= 0;
+    table.add_row({std::to_string(f.length), std::to_string(f.steps), format_bytes(f.peak),
+                   planned ? format_bytes(f.budget) + (f.over_budget > 0 ? " (passed)" : "") : "-",
+                   planned ? format_bytes(f.predicted) : "-",
+                   planned && f.peak > 0
+                       ? fixed(100.0 * static_cast<double>(f.predicted - f.peak) / static_cast<double>(f.peak), 1) + "%"
+                       : "-",
+                   fixed(median(f.seconds), 3), planned ? fixed(f.planning_seconds, 2) : "-",
+                   f.costs.empty() ? "-" : f.costs});
+  }
+  return table;
+}
+
+nlohmann::json length_json(const std::vector<LengthFigures>& lengths) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& f : lengths) {
+    out.push_back({{"length", f.length},
+                   {"steps", f.steps},
+                   {"activation_peak_bytes", f.peak},
+                   {"budget_bytes", f.budget},
+                   {"predicted_peak_bytes", f.predicted},
+                   {"steps_over_budget", f.over_budget},
+                   {"step_seconds_median", median(f.seconds)},
+                   {"planning_seconds", f.planning_seconds},
+                   {"costs", f.costs}});
+  }
+  return out;
 }
 
 void print_throughput_and_loss(const std::vector<train::StepRecord>& records, const StepFigures& f, int ranks,
@@ -277,6 +400,13 @@ void run_train(TrainFlags& flags) {
   if (flags.verify) report["verify"] = verification;
 
   print_throughput_and_loss(records, figures, ranks, out);
+  if (!options.lengths.empty()) {
+    const std::vector<LengthFigures> lengths = length_figures(trainer, records);
+    report["lengths"] = length_json(lengths);
+    out << "\nper sequence length:\n";
+    length_table(lengths).print(out);
+    out << "\n";
+  }
   Table table = flags.compare && rank == 0 ? compare_with_unchecked(flags.measure_steps, trainer, report, out)
                                            : plan_table(trainer, figures);
   table.print(out);
@@ -318,6 +448,11 @@ void add_train_command(CLI::App& app) {
                   "(0: the whole batch at once)")
       ->capture_default_str()
       ->check(whole_number_from(0))
+      ->group("Training");
+  cmd->add_option("--lengths", flags->lengths,
+                  "Sequence lengths a step draws from, uniformly: MIN:MAX[:STEP] (64:512:64) or a list (64,128,512); "
+                  "windows of the running text, never padded. With --budget a plan per length, planned from costs "
+                  "profiled at three lengths and fitted in the length")
       ->group("Training");
   cmd->add_option(
          "--maximize", flags->maximize,

@@ -59,8 +59,13 @@ Corpus Corpus::from_file(const std::string& path) {
   return corpus;
 }
 
-BatchSampler::BatchSampler(const Corpus& corpus, int64_t batch, int64_t sequence, uint64_t seed)
-    : corpus_(corpus), batch_(batch), sequence_(sequence), engine_(seed) {
+BatchSampler::BatchSampler(const Corpus& corpus, int64_t batch, int64_t sequence, uint64_t seed,
+                           std::vector<int64_t> lengths)
+    : corpus_(corpus), batch_(batch), sequence_(sequence), lengths_(std::move(lengths)), engine_(seed) {
+  for (const int64_t length : lengths_) {
+    REMAT_CHECK(length >= 1 && length <= sequence, "a sequence length of ", length, " lies outside [1, ",
+                field("GptConfig::sequence"), " = ", sequence, "].");
+  }
   REMAT_CHECK(static_cast<int64_t>(corpus.bytes().size()) >= sequence + 1, "the corpus (", corpus.source(), ") has ",
               corpus.bytes().size(), " bytes, fewer than one training window of ", field("GptConfig::sequence"),
               " + 1 = ", sequence + 1, " bytes. Use a larger ", field("TrainOptions::data_file"), " or a smaller ",
@@ -69,16 +74,19 @@ BatchSampler::BatchSampler(const Corpus& corpus, int64_t batch, int64_t sequence
 
 std::pair<at::Tensor, at::Tensor> BatchSampler::next() {
   const auto& bytes = corpus_.bytes();
-  std::uniform_int_distribution<int64_t> offset(0, static_cast<int64_t>(bytes.size()) - sequence_ - 1);
-  at::Tensor tokens = at::empty({batch_, sequence_}, at::kLong);
-  at::Tensor targets = at::empty({batch_, sequence_}, at::kLong);
+  const int64_t sequence = lengths_.empty() ? sequence_
+                                            : lengths_[static_cast<size_t>(std::uniform_int_distribution<int64_t>(
+                                                  0, static_cast<int64_t>(lengths_.size()) - 1)(engine_))];
+  std::uniform_int_distribution<int64_t> offset(0, static_cast<int64_t>(bytes.size()) - sequence - 1);
+  at::Tensor tokens = at::empty({batch_, sequence}, at::kLong);
+  at::Tensor targets = at::empty({batch_, sequence}, at::kLong);
   auto* t = tokens.data_ptr<int64_t>();
   auto* y = targets.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch_; ++b) {
     const int64_t start = offset(engine_);
-    for (int64_t i = 0; i < sequence_; ++i) {
-      t[b * sequence_ + i] = static_cast<unsigned char>(bytes[start + i]);
-      y[b * sequence_ + i] = static_cast<unsigned char>(bytes[start + i + 1]);
+    for (int64_t i = 0; i < sequence; ++i) {
+      t[b * sequence + i] = static_cast<unsigned char>(bytes[start + i]);
+      y[b * sequence + i] = static_cast<unsigned char>(bytes[start + i + 1]);
     }
   }
   return {tokens, targets};

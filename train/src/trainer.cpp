@@ -12,6 +12,7 @@
 
 #include "remat/memory/memory.h"
 #include "remat/base/threads.h"
+#include "remat/measure/profiler.h"
 #include "remat/base/error.h"
 #include "remat/internal/files.h"
 #include "remat/internal/statistics.h"
@@ -57,6 +58,19 @@ void check_options(const TrainOptions& o) {
               "): the micro-batch is chosen for the most throughput under it.");
   REMAT_CHECK(!o.maximize_throughput || o.micro_batch == 0, "give ", field("TrainOptions::micro_batch"), " or ",
               field("TrainOptions::maximize_throughput"), " (which chooses it), not both.");
+  for (const int64_t length : o.lengths) {
+    REMAT_CHECK(length >= 1 && length <= o.model.sequence(), field("TrainOptions::lengths"), ": a length of ", length,
+                " lies outside [1, ", field("GptConfig::sequence"), " = ", o.model.sequence(),
+                "]; raise the model's sequence to the longest length trained.");
+  }
+  REMAT_CHECK(o.lengths.size() <= 4096, field("TrainOptions::lengths"), ": ", o.lengths.size(),
+              " lengths; give at most 4096.");
+  REMAT_CHECK(o.lengths.empty() || !o.maximize_throughput, field("TrainOptions::lengths"), " and ",
+              field("TrainOptions::maximize_throughput"), " together are not supported yet: the micro-batch would be ",
+              "chosen per length. Give a fixed --micro-batch instead.");
+  REMAT_CHECK(o.lengths.empty() || !o.process_group || o.plan.kind() != PlanRequest::Kind::budget,
+              field("TrainOptions::lengths"), " with a budget is not supported with data-parallel training yet (the ",
+              "ranks would have to agree on a plan per length); give a policy or a plan file instead.");
   REMAT_CHECK(!o.process_group || (!o.maximize_throughput && (o.micro_batch == 0 || o.micro_batch == o.batch)),
               field("TrainOptions::micro_batch"), " smaller than the batch is not supported with data-parallel ",
               "training yet (each micro-batch's backward would synchronise the gradients); lower ",
@@ -98,6 +112,11 @@ void check_resumable(const std::pair<fs::path, nlohmann::json>& resumed, const T
   REMAT_CHECK(meta.value("batch", int64_t{0}) == options.batch, field("TrainOptions::resume_dir"),
               ": the saved run used ", field("TrainOptions::batch"), " ", meta.value("batch", int64_t{0}),
               ", this run asks for ", options.batch, ".");
+  const nlohmann::json lengths = meta.value("lengths", nlohmann::json::array());
+  REMAT_CHECK(lengths == nlohmann::json(options.lengths), field("TrainOptions::resume_dir"),
+              ": the saved run drew its sequence lengths from ", lengths.dump(), ", this run from ",
+              nlohmann::json(options.lengths).dump(), " (the batches continue where they stopped). Give the same ",
+              field("TrainOptions::lengths"), ".");
   const nlohmann::json data = corpus_json(corpus);
   REMAT_CHECK(
       meta.contains("data") && meta["data"] == data, field("TrainOptions::resume_dir"), ": the saved run trained on ",
@@ -173,12 +192,14 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
   model_ = models::Gpt(options_.model);
   model_->train();
   chain_ = std::make_unique<models::GptChain>(model_, granularity);
+  main_length_ = options_.lengths.empty() ? options_.model.sequence()
+                                          : *std::max_element(options_.lengths.begin(), options_.lengths.end());
   set_up_plan(request);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       model_->parameters(), torch::optim::AdamWOptions(options_.lr).weight_decay(options_.weight_decay));
   // The global batch: the same sequences at every step whatever the number of ranks.
-  sampler_ =
-      std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence(), options_.seed);
+  sampler_ = std::make_unique<BatchSampler>(*corpus_, options_.batch * world_size_, options_.model.sequence(),
+                                            options_.seed, options_.lengths);
 
   if (!options_.resume_dir.empty()) {
     const auto& [state, meta] = resumed;
@@ -204,6 +225,14 @@ void Trainer::set_up_plan(const PlanRequest& request) {
     // same order (timing noise could otherwise give each rank a plan of its own).
     plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
     plan_source_ = "optimal for budget " + request.name() + " per rank (planned by rank 0)";
+  } else if (budget && !options_.lengths.empty()) {
+    profile_lengths(request);
+    BatchSampler longest(*corpus_, options_.batch, main_length_, options_.seed);
+    const auto [tokens, targets] = longest.next();
+    const LengthPlan& planned = plan_for_length(main_length_, tokens, targets, nullptr);
+    plan_ = planned.result.plan;
+    plan_source_ = planned.result.source + "; a plan per sequence length";
+    budget_plan_ = planned.result;
   } else {
     // Profiled and verified on the run's first batch (a sampler of its own: the run's batches are
     // unchanged), at the micro-batch size; both leave the model, its gradients and the RNG as they were.
@@ -241,6 +270,53 @@ void Trainer::set_up_plan(const PlanRequest& request) {
   if (world_size_ > 1) options_.process_group->check_same("the plan", {plan_.to_string()});
 }
 
+void Trainer::profile_lengths(const PlanRequest& request) {
+  // The least, the middle and the greatest length: three tell 1, T and T² apart; with fewer distinct
+  // lengths each is profiled and nothing is fitted. Each on a batch of its own length (a sampler of
+  // its own: the run's batches are unchanged).
+  std::vector<int64_t> distinct = options_.lengths;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<int64_t> profiled = distinct;
+  if (distinct.size() > 3) profiled = {distinct.front(), distinct[distinct.size() / 2], distinct.back()};
+  const PlanningOptions& planning = request.options();
+  std::vector<ShapedCosts> samples;
+  for (const int64_t length : profiled) {
+    BatchSampler sampler(*corpus_, options_.batch, length, options_.seed);
+    const auto [tokens, targets] = sampler.next();
+    const PlanSubject subject =
+        models::gpt_plan_subject(model_, tokens.narrow(0, 0, micro_batch_), targets.narrow(0, 0, micro_batch_));
+    CostTable costs = profile_chain(*subject.chain(), subject.sample_input(), planning.profile(), planning.mode());
+    samples.push_back(ShapedCosts{{length}, costs});
+    profiled_lengths_.emplace(length, std::move(costs));
+  }
+  if (samples.size() >= 3) length_costs_ = ShapeCosts::fit(samples, ShapeTerms::length_only());
+}
+
+const LengthPlan& Trainer::plan_for_length(int64_t length, const at::Tensor& tokens, const at::Tensor& targets,
+                                           double* planning_seconds) {
+  if (const auto found = length_plans_.find(length); found != length_plans_.end()) return found->second;
+  const auto start = std::chrono::steady_clock::now();
+  const auto profiled = profiled_lengths_.find(length);
+  const bool from_fit = profiled == profiled_lengths_.end();
+  REMAT_CHECK(!from_fit || length_costs_, "no costs for sequence length ", length,
+              ": it is not one of TrainOptions::lengths.");  // lengths are checked when the sampler is made
+  // Verified by one measured step of this length; on fitted costs no measured choice among the rules of
+  // thumb (the fit's times are least squares). Model, gradients and RNG are left as they were.
+  PlanRequest request = options_.plan;
+  if (from_fit) request.options().choice().when(ChooseByMeasurement::never);
+  PlanSubject subject =
+      models::gpt_plan_subject(model_, tokens.narrow(0, 0, micro_batch_), targets.narrow(0, 0, micro_batch_));
+  subject.costs(from_fit ? length_costs_->at({length}) : profiled->second);
+  LengthPlan made;
+  made.result = make_plan(request, subject);
+  made.result.plan.bind_to(*chain_);
+  made.from_fit = from_fit;
+  made.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (planning_seconds != nullptr) *planning_seconds = made.planning_seconds;
+  return length_plans_.emplace(length, std::move(made)).first->second;
+}
+
 std::pair<at::Tensor, at::Tensor> Trainer::local_batch(std::pair<at::Tensor, at::Tensor> global) const {
   if (world_size_ == 1) return global;
   return {global.first.narrow(0, rank_ * options_.batch, options_.batch),
@@ -250,6 +326,16 @@ std::pair<at::Tensor, at::Tensor> Trainer::local_batch(std::pair<at::Tensor, at:
 StepRecord Trainer::step() {
   auto [tokens, targets] = local_batch(sampler_->next());
   ++step_;
+  StepRecord record;
+  record.sequence = tokens.size(1);
+  // With lengths and a budget, this length's plan (made now on its first step, before the step's clock).
+  const Plan* plan = &plan_;
+  if (!length_plans_.empty() || length_costs_ || !profiled_lengths_.empty()) {
+    const LengthPlan& planned = plan_for_length(record.sequence, tokens, targets, &record.planning_seconds);
+    plan = &planned.result.plan;
+    record.budget_bytes = planned.result.budget_bytes;
+    record.predicted_peak_bytes = planned.result.prediction.peak_bytes;
+  }
   const double warmup = static_cast<double>(std::max<int64_t>(options_.warmup_steps, 1));
   const double lr = options_.lr * std::min(1.0, static_cast<double>(step_) / warmup);
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
@@ -267,14 +353,13 @@ StepRecord Trainer::step() {
     chain_->set_targets(whole ? targets : targets.narrow(0, i * micro_batch_, micro_batch_));
     at::Tensor micro_loss;
     const StepMeasurement m = measure_step([&] {
-      micro_loss = run_plan(*chain_, plan_, micro_tokens);
+      micro_loss = run_plan(*chain_, *plan, micro_tokens);
       return whole ? micro_loss : micro_loss / static_cast<double>(micro_batches);
     });
     loss_sum += micro_loss.item<double>();
     activation_peak = std::max(activation_peak, m.activation_peak_bytes());
   }
   const double loss = loss_sum / static_cast<double>(micro_batches);
-  StepRecord record;
   if (synchronizer_) record.communication_seconds = synchronizer_->finish().wait_seconds;
   optimizer_->step();
   record.step = step_;
@@ -303,6 +388,7 @@ void Trainer::save(const std::string& dir) const {
                          {"step", step_},
                          {"config", gpt_config_json(options_.model)},
                          {"batch", options_.batch},
+                         {"lengths", options_.lengths},
                          {"sampler", sampler_->state()},
                          {"plan", plan_.to_string()},
                          {"data", corpus_json(*corpus_)}};
@@ -318,15 +404,16 @@ void Trainer::save(const std::string& dir) const {
 }
 
 PlanVerification Trainer::verify() {
-  BatchSampler first(*corpus_, options_.batch, options_.model.sequence(),
-                     options_.seed);  // the run's batches unchanged
+  BatchSampler first(*corpus_, options_.batch, main_length_, options_.seed);  // the run's batches unchanged
   auto [tokens, targets] = first.next();
   chain_->set_targets(targets.narrow(0, 0, micro_batch_));
   return verify_plan(*chain_, plan_, tokens.narrow(0, 0, micro_batch_));
 }
 
 CompareResult Trainer::compare(int steps) {
-  auto [batch_tokens, batch_targets] = local_batch(sampler_->next());
+  // With lengths, a batch of the length plan() is for, from a sampler of its own.
+  BatchSampler main_length(*corpus_, options_.batch * world_size_, main_length_, options_.seed + 1);
+  auto [batch_tokens, batch_targets] = local_batch(options_.lengths.empty() ? sampler_->next() : main_length.next());
   // One micro-batch: what the plan was made for and each forward holds.
   const at::Tensor tokens = batch_tokens.narrow(0, 0, micro_batch_), targets = batch_targets.narrow(0, 0, micro_batch_);
   const auto measured = models::gpt_measure_plans(model_, {plan_, Plan::unchecked(*chain_)}, tokens, targets, steps);

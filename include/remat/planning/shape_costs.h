@@ -32,6 +32,9 @@ struct ShapeTerms {
 
   /// batch: 1, B (a model whose activations scale with the batch alone).
   static ShapeTerms batch_only();
+  /// length, at one batch size: 1, T, T² (a Transformer trained on sequences of varying length;
+  /// three lengths tell the terms apart).
+  static ShapeTerms length_only();
   /// (batch, length): 1, B, T, T², B·T, B·T² (a Transformer: per sequence, per position, the causal
   /// mask, per token, attention scores per pair of tokens).
   static ShapeTerms batch_and_length();

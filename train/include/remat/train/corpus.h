@@ -33,9 +33,11 @@ class Corpus {
 
 /// Draws (tokens, targets) windows of `sequence`+1 consecutive bytes at random offsets. Its state
 /// is saved with a training run so a resumed run draws the batches the straight run would have.
+/// With `lengths`, each batch's length is drawn first, uniformly from them (bucketed lengths: the
+/// windows are cut from the running text at that length, never padded).
 class BatchSampler {
  public:
-  BatchSampler(const Corpus& corpus, int64_t batch, int64_t sequence, uint64_t seed);
+  BatchSampler(const Corpus& corpus, int64_t batch, int64_t sequence, uint64_t seed, std::vector<int64_t> lengths = {});
 
   /// tokens (B,T) and targets (B,T) = tokens shifted by one byte, both int64.
   std::pair<at::Tensor, at::Tensor> next();
@@ -46,6 +48,7 @@ class BatchSampler {
  private:
   const Corpus& corpus_;
   int64_t batch_, sequence_;
+  std::vector<int64_t> lengths_;
   std::mt19937_64 engine_;
 };
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "remat/chain/plan.h"
 #include "remat/distributed/data_parallel.h"
 #include "remat/measure/plan_measurement.h"
+#include "remat/planning/shape_costs.h"
 #include "remat/planning/throughput.h"
 #include "remat/train/corpus.h"
 
@@ -48,6 +50,12 @@ struct TrainOptions {
   /// With a budget: choose micro_batch together with the plan, for the most samples per second
   /// under the budget (remat/planning/throughput.h; a share of the budget is of the whole batch's peak).
   bool maximize_throughput = false;
+  /// Sequence lengths each step draws from, uniformly (bucketed lengths: windows of that many bytes
+  /// of the running text, never padded), each at most model.sequence(); empty: model.sequence() every
+  /// step. With a budget, each length runs under a plan of its own: the costs are profiled at three
+  /// of them (the least, the middle and the greatest), fitted in the length (ShapeTerms::length_only)
+  /// and a length is planned on its first step from the fit, verified by one measured step of it.
+  std::vector<int64_t> lengths;
   int threads = std::min(2, usable_cpus());  ///< 2, or 1 where the process may use one CPU only
   uint64_t seed = 0;
   std::string data_file;                       ///< empty: the default corpus
@@ -70,6 +78,19 @@ struct StepRecord {
   int64_t activation_peak_bytes = 0;
   int64_t tokens = 0;                ///< over all ranks
   double communication_seconds = 0;  ///< waiting for gradients from the other ranks after backward
+  int64_t sequence = 0;              ///< this step's sequence length
+  /// With TrainOptions::lengths and a budget: the budget of this length's plan in bytes, the peak its
+  /// costs predicted (fitted, or profiled at this length), and the seconds spent planning it on this
+  /// step (0 after its first).
+  int64_t budget_bytes = -1, predicted_peak_bytes = -1;
+  double planning_seconds = 0;
+};
+
+/// A plan made for one sequence length (TrainOptions::lengths with a budget).
+struct LengthPlan {
+  PlanResult result;
+  double planning_seconds = 0;
+  bool from_fit = false;  ///< planned on fitted costs; else on costs profiled at this length
 };
 
 struct CompareResult {
@@ -102,6 +123,10 @@ class Trainer {
   /// update, and the model, its gradients and the RNG are left as they were.
   PlanVerification verify();
   const std::string& plan_source() const { return plan_source_; }
+  /// TrainOptions::lengths with a budget: the plan of each length planned so far, and the fit of the
+  /// costs in the length they were planned from.
+  const std::map<int64_t, LengthPlan>& length_plans() const { return length_plans_; }
+  const std::optional<ShapeCosts>& length_costs() const { return length_costs_; }
   /// Sequences per forward and backward (TrainOptions::micro_batch, or the throughput search's choice).
   int64_t micro_batch() const { return micro_batch_; }
   /// The throughput search's frontier, when TrainOptions::maximize_throughput chose the micro-batch.
@@ -124,6 +149,17 @@ class Trainer {
   Plan plan_;
   std::string plan_source_;
   std::optional<PlanResult> budget_plan_;
+  std::map<int64_t, LengthPlan> length_plans_;
+  std::map<int64_t, CostTable> profiled_lengths_;
+  std::optional<ShapeCosts> length_costs_;
+  /// The longest of TrainOptions::lengths, or model.sequence() without them: what verify() and
+  /// compare() measure, and the length plan() is for.
+  int64_t main_length_ = 0;
+  /// Profiles three lengths and fits their costs (TrainOptions::lengths with a budget).
+  void profile_lengths(const PlanRequest& request);
+  /// The plan of `length`, made on its first step (tokens and targets: that step's batch).
+  const LengthPlan& plan_for_length(int64_t length, const at::Tensor& tokens, const at::Tensor& targets,
+                                    double* planning_seconds);
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   int64_t step_ = 0;
   mutable int64_t saved_step_ = -1;
