@@ -67,7 +67,7 @@ void check_options(const TrainOptions& o) {
               " lengths; give at most 4096.");
   REMAT_CHECK(o.lengths.empty() || !o.maximize_throughput, field("TrainOptions::lengths"), " and ",
               field("TrainOptions::maximize_throughput"), " together are not supported yet: the micro-batch would be ",
-              "chosen per length. Give a fixed --micro-batch instead.");
+              "chosen per length. Give a fixed ", field("TrainOptions::micro_batch"), " instead.");
   REMAT_CHECK(o.lengths.empty() || !o.process_group || o.plan.kind() != PlanRequest::Kind::budget,
               field("TrainOptions::lengths"), " with a budget is not supported with data-parallel training yet (the ",
               "ranks would have to agree on a plan per length); give a policy or a plan file instead.");
