@@ -245,6 +245,11 @@ TEST(Planned, PlansNewShapesFromCostsFittedOverTheShapesProfiled) {
   next->pretty_print(printed);
   EXPECT_NE(printed.str().find("costs fitted over 7 shapes"), std::string::npos) << printed.str();
 
+  // No plan on the fitted costs within a budget: the shape is profiled, and the error is the profile's.
+  remat::Planned tight(mlp(6), "1%", options().shape_costs(saved));
+  REMAT_EXPECT_ERROR(tight->forward(torch::randn({3, 9, 32})), "Give at least that");
+  EXPECT_EQ(tight->shapes_profiled(), 1);
+
   REMAT_EXPECT_ERROR(remat::Planned(mlp(1), "70%", remat::PlannedOptions().fit_shapes(remat::ShapeTerms::batch_only())),
                      "set replan_on_new_shape as well");
   remat::Planned wrong(mlp(2), "70%", options().shape_of([](const at::Tensor&) { return std::vector<int64_t>{4}; }));
