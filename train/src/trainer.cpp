@@ -341,7 +341,11 @@ StepRecord Trainer::step() {
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
 
   const auto start = std::chrono::steady_clock::now();
-  optimizer_->zero_grad();
+  // Gradients zeroed in place, on every LibTorch: from 2.0 Optimizer::zero_grad() frees them, and
+  // each backward would allocate them again inside the step's activation peak (and its budget).
+  for (auto& p : model_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  }
   // Micro-batches in order, their gradients accumulated: each loss (a mean over its tokens) scaled
   // by 1/k makes the sum the whole batch's mean-loss gradient.
   const int64_t micro_batches = tokens.size(0) / micro_batch_;
