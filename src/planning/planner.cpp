@@ -134,6 +134,11 @@ class OptimalPlanner::Table {
   void for_each_candidate(int64_t s, int64_t t, Each&& each) const;
   /// Range s..t's window (from its subranges'), its entries appended and filled from `first_entry`.
   Window fill_range(int64_t s, int64_t t, size_t first_entry);
+  /// The first pass: the window's lo and hi (empty where no plan fits), each candidate that can
+  /// fill a slot kept in pending_[0, pending).
+  Window find_window(int64_t s, int64_t t, size_t& pending);
+  /// The second pass: the window's entries appended from `first_entry`, filled, and its top.
+  void fill_row(int64_t s, int64_t t, size_t first_entry, size_t pending, Window& w);
   /// The dynamic program over every range and the slots of its window (docs/planner.md), segments
   /// as long as the bounds allow.
   void fill_table();
@@ -227,7 +232,7 @@ void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each
   }
 }
 
-OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64_t t, size_t first_entry) {
+OptimalPlanner::Table::Window OptimalPlanner::Table::find_window(int64_t s, int64_t t, size_t& pending_count) {
   // Sums in the order the slot loops below add them, so that a value there equals `top` bitwise.
   auto span = [&](const Candidate& c) -> std::optional<Span> {
     Span out{c.lowest, c.lowest, c.seconds};
@@ -256,7 +261,7 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
   int64_t least_top_from = filled_;
   // Sized once per table, written field by field: this loop runs for every candidate of every range.
   pending_.resize(static_cast<size_t>(max_options_ + longest_));
-  size_t pending = 0;
+  size_t pending = 0;  // a local: through the reference it would be stored at every candidate
   int64_t weighed = 0;
   for_each_candidate(s, t, [&](const Candidate& c) {
     ++weighed;
@@ -274,8 +279,12 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
     }
   });
   work_ += static_cast<double>(weighed);
-  if (w.lo > filled_) return w;
-  w.hi = static_cast<int32_t>(std::min(least_top_from, filled_));
+  if (w.lo <= filled_) w.hi = static_cast<int32_t>(std::min(least_top_from, filled_));
+  pending_count = pending;
+  return w;
+}
+
+void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, size_t pending, Window& w) {
   values_.resize(first_entry + static_cast<size_t>(w.hi - w.lo + 1), kInfinity);
   choices_.resize(values_.size(), -1);
   double* row = values_.data() + first_entry - w.lo;  // row[m], m in [lo, hi]
@@ -334,6 +343,12 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64
     for (; m <= end; ++m) update(m, c.seconds + r.top + i.top);
   }
   w.top = row[w.hi];
+}
+
+OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64_t t, size_t first_entry) {
+  size_t pending = 0;
+  Window w = find_window(s, t, pending);
+  if (!w.empty()) fill_row(s, t, first_entry, pending, w);
   return w;
 }
 

@@ -330,7 +330,7 @@ StepRecord Trainer::step() {
   record.sequence = tokens.size(1);
   // With lengths and a budget, this length's plan (made now on its first step, before the step's clock).
   const Plan* plan = &plan_;
-  if (!length_plans_.empty() || length_costs_ || !profiled_lengths_.empty()) {
+  if (!profiled_lengths_.empty()) {  // lengths under a budget
     const LengthPlan& planned = plan_for_length(record.sequence, tokens, targets, &record.planning_seconds);
     plan = &planned.result.plan;
     record.budget_bytes = planned.result.budget_bytes;
