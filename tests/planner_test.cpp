@@ -238,6 +238,32 @@ TEST(Planner, WindowedTableEqualsTheDenseDynamicProgramOnLongerChains) {
   }
 }
 
+TEST(Planner, ATableFilledOnTwoThreadsEqualsOneFilledOnOne) {
+  // 320 stages: the middle lengths weigh enough candidates to be split between threads.
+  std::mt19937 rng(7);
+  const CostTable costs = random_chain(rng, 320, 2);
+  const int64_t slots = 1000;
+  const int previous = at::get_num_threads();
+  auto planner_on = [&](int threads) {
+    at::set_num_threads(threads);
+    return remat::OptimalPlanner(costs, remat::PlannerOptions().memory_slots(slots));
+  };
+  const remat::OptimalPlanner one = planner_on(1), two = planner_on(2);
+  at::set_num_threads(previous);
+  ASSERT_EQ(one.unit_bytes(), two.unit_bytes());
+  EXPECT_EQ(two.max_segment_stages(), 320) << "uncapped";
+  EXPECT_EQ(one.least_feasible_budget_bytes(), two.least_feasible_budget_bytes());
+  int feasible = 0;
+  for (int64_t m = 0; m <= slots; ++m) {
+    const int64_t budget = m * one.unit_bytes();
+    ASSERT_EQ(one.least_seconds(budget), two.least_seconds(budget)) << "budget " << budget;
+    if (m % 10 != 0 || one.least_seconds(budget) == kInf) continue;
+    EXPECT_EQ(one.plan(budget).plan.to_string(), two.plan(budget).plan.to_string()) << "budget " << budget;
+    ++feasible;
+  }
+  EXPECT_GT(feasible, 10) << "too few feasible budgets: the test would check little";
+}
+
 TEST(Planner, InfeasibleBudgetReportsTheLeastFeasibleOne) {
   std::mt19937 rng(3);
   const CostTable costs = random_chain(rng, 6, 2);

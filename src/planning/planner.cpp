@@ -5,7 +5,10 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <mutex>
 #include <stdexcept>
+
+#include <ATen/Parallel.h>
 
 #include "remat/base/error.h"
 #include "remat/memory/memory.h"
@@ -128,17 +131,18 @@ class OptimalPlanner::Table {
     return length <= longest_ ? first_entries_[static_cast<size_t>(s)][static_cast<size_t>(length - 1)]
                               : rest_first_entries_[static_cast<size_t>(s)];
   }
-  /// Calls `each` with every candidate of range s..t, in the order ties are broken (options first,
-  /// then segment ends in increasing order); segments of at most longest_ stages.
+  /// Calls `each` with the candidates of range s..t that record stage s, one per option.
   template <typename Each>
-  void for_each_candidate(int64_t s, int64_t t, Each&& each) const;
-  /// Range s..t's window (from its subranges'), its entries appended and filled from `first_entry`.
-  Window fill_range(int64_t s, int64_t t, size_t first_entry);
+  void for_each_option(int64_t s, int64_t t, Each&& each) const;
+  struct Worker;
+  /// Range s..t's window (from its subranges'), its entries appended, filled, and where they start
+  /// set in `first_entry`.
+  Window fill_range(int64_t s, int64_t t, size_t& first_entry, Worker& worker);
   /// The first pass: the window's lo and hi (empty where no plan fits), each candidate that can
   /// fill a slot kept in pending_[0, pending).
-  Window find_window(int64_t s, int64_t t, size_t& pending);
-  /// The second pass: the window's entries appended from `first_entry`, filled, and its top.
-  void fill_row(int64_t s, int64_t t, size_t first_entry, size_t pending, Window& w);
+  Window find_window(int64_t s, int64_t t, size_t& pending, Worker& worker);
+  /// The second pass: the window's entries appended (where: `first_entry`), filled, and its top.
+  void fill_row(int64_t s, int64_t t, size_t& first_entry, size_t pending, Window& w, Worker& worker);
   /// The dynamic program over every range and the slots of its window (docs/planner.md), segments
   /// as long as the bounds allow.
   void fill_table();
@@ -153,6 +157,10 @@ class OptimalPlanner::Table {
   double fill_seconds_ = 0;
   int64_t min_units_ = -1;  // the least memory, in units, at which the chain is feasible
   std::vector<UnitStage> stages_;
+  // Per stage, what every segment end reads: its output, its output and no-grad transient, its
+  // no-grad seconds.
+  std::vector<int64_t> units_x_, nograd_units_;
+  std::vector<double> nograd_seconds_;
   int64_t segment_units_ = 0;
   std::vector<int64_t> parameter_units_before_;  // of stages [0, k)
   int64_t longest_ = 0;                          // the most stages a segment spans
@@ -168,10 +176,59 @@ class OptimalPlanner::Table {
     int32_t choice, start;
     double top, seconds;
   };
-  std::vector<Pending> pending_;
-  double work_ = 0;               // candidates weighed and slots updated so far
-  std::vector<double> values_;    // least time
-  std::vector<int32_t> choices_;  // Candidate::choice
+  /// The rows' entries, least time and Candidate::choice per slot, in blocks that never move: a
+  /// growing vector would copy the table at every doubling and touch its pages twice. Workers
+  /// filling ranges at once each append to blocks of their own (a cursor each).
+  class Entries {
+   public:
+    /// Entries in a block: at least the longest row (memory_slots at most 100000, plus one).
+    static constexpr size_t kBlock = size_t{1} << 17;
+    struct Cursor {
+      size_t block = 0, used = kBlock;
+      size_t appended = 0;  // entries, not counting blocks' unused ends
+    };
+    /// Room for `count` contiguous entries (at most a block), uninitialised; the index of the first.
+    size_t append(Cursor& cursor, size_t count) {
+      TORCH_INTERNAL_ASSERT(count <= kBlock, "planner: a row of ", count, " entries exceeds a block");
+      if (cursor.used + count > kBlock) {
+        cursor.block = new_block();
+        cursor.used = 0;
+      }
+      const size_t first = cursor.block * kBlock + cursor.used;
+      cursor.used += count;
+      cursor.appended += count;
+      return first;
+    }
+    double* values(size_t index) { return values_[index / kBlock].get() + index % kBlock; }
+    const double* values(size_t index) const { return values_[index / kBlock].get() + index % kBlock; }
+    int32_t* choices(size_t index) { return choices_[index / kBlock].get() + index % kBlock; }
+    const int32_t* choices(size_t index) const { return choices_[index / kBlock].get() + index % kBlock; }
+
+   private:
+    size_t new_block() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      // The table's bound (kMaxTableBytes) in rows of up to a block each, a partial block per worker.
+      TORCH_INTERNAL_ASSERT(blocks_ < values_.size(), "planner: the table outgrew its blocks");
+      values_[blocks_].reset(new double[kBlock]);
+      choices_[blocks_].reset(new int32_t[kBlock]);
+      return blocks_++;
+    }
+    // Sized once: workers read blocks while another claims one.
+    std::vector<std::unique_ptr<double[]>> values_ = std::vector<std::unique_ptr<double[]>>(1024);
+    std::vector<std::unique_ptr<int32_t[]>> choices_ = std::vector<std::unique_ptr<int32_t[]>>(1024);
+    std::mutex mutex_;
+    size_t blocks_ = 0;
+  };
+  /// What one thread writes while it fills ranges: candidates between the passes, where its entries
+  /// go, and its work (candidates weighed and slots updated).
+  struct Worker {
+    std::vector<Pending> pending;
+    Entries::Cursor cursor;
+    double work = 0;
+  };
+  std::vector<Worker> workers_;  // one per thread of at::get_num_threads()
+  double work_ = 0;              // every worker's, at the last length filled
+  Entries entries_;
   int32_t max_options_ = 1;
   bool reentrant_ = false;
 };
@@ -190,15 +247,15 @@ constexpr double kMaxWork = 4e8;
 double OptimalPlanner::Table::cost(int64_t s, int64_t t, int64_t m) const {
   const Window& w = window(s, t);
   if (m < w.lo || w.empty()) return kInfinity;
-  return values_[first_entry(s, t) + static_cast<size_t>(std::min<int64_t>(m, w.hi) - w.lo)];
+  return entries_.values(first_entry(s, t))[std::min<int64_t>(m, w.hi) - w.lo];
 }
 
 template <typename Each>
-void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each) const {
+void OptimalPlanner::Table::for_each_option(int64_t s, int64_t t, Each&& each) const {
   const UnitStage& first = stages_[s];
   const int64_t grad_t = stages_[t].x;
-  // Record stage s with each of its options. A range that ends before the last stage is the inside
-  // of a segment, whose last stage (s == t) its recompute runs graph-only.
+  // A range that ends before the last stage is the inside of a segment, whose last stage (s == t)
+  // its recompute runs graph-only.
   const bool segment_end = s == t && t < n_ - 1;
   const double recompute_extra = t < n_ - 1 ? first.recompute_extra_seconds : 0.0;
   for (size_t o = 0; o < first.options.size(); ++o) {
@@ -209,30 +266,10 @@ void OptimalPlanner::Table::for_each_candidate(int64_t s, int64_t t, Each&& each
     each(Candidate{static_cast<int32_t>(o), opt.seconds + recompute_extra, lowest, s == t ? nullptr : &window(s + 1, t),
                    s + 1, opt.kept, nullptr, -1, 0});
   }
-  // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward). A
-  // segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is paid
-  // once, however many stages it spans.
-  double forward_seconds = costs_.segment_seconds();
-  int64_t forward_peak = 0;
-  const Window* inner = by_start_[static_cast<size_t>(s)].data();  // inner[j - s - 1]: range s..j-1
-  const Window* rest = by_end_[static_cast<size_t>(t)].data();     // rest[t - j]: range j..t
-  for (int64_t j = s + 1; j <= std::min(t, s + longest_); ++j) {
-    const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
-    const int64_t held_input = k == s ? 0 : stages_[k - 1].x;
-    forward_peak =
-        std::max(forward_peak, segment_units_ + grad_t + held_input + stages_[k].x + stages_[k].nograd_extra);
-    forward_seconds += stages_[k].nograd_seconds;
-    const int64_t x = stages_[k].x;
-    const int64_t held_in_backward = 2 * segment_units_ + held_in_segment_units(j, t);
-    const int64_t lowest = std::max(forward_peak, std::max(x + segment_units_, held_in_backward));
-    if (lowest > filled_) break;  // the forward's peak only grows with j
-    each(Candidate{max_options_ + static_cast<int32_t>(j), forward_seconds, lowest,
-                   t - j + 1 <= longest_ ? &rest[t - j] : &rest_windows_[static_cast<size_t>(j)], j, x + segment_units_,
-                   &inner[j - s - 1], k, held_in_backward});
-  }
 }
 
-OptimalPlanner::Table::Window OptimalPlanner::Table::find_window(int64_t s, int64_t t, size_t& pending_count) {
+OptimalPlanner::Table::Window OptimalPlanner::Table::find_window(int64_t s, int64_t t, size_t& pending_count,
+                                                                 Worker& worker) {
   // Sums in the order the slot loops below add them, so that a value there equals `top` bitwise.
   auto span = [&](const Candidate& c) -> std::optional<Span> {
     Span out{c.lowest, c.lowest, c.seconds};
@@ -260,35 +297,72 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::find_window(int64_t s, int6
   double least_top = kInfinity;
   int64_t least_top_from = filled_;
   // Sized once per table, written field by field: this loop runs for every candidate of every range.
+  std::vector<Pending>& pending_ = worker.pending;
   pending_.resize(static_cast<size_t>(max_options_ + longest_));
   size_t pending = 0;  // a local: through the reference it would be stored at every candidate
   int64_t weighed = 0;
-  for_each_candidate(s, t, [&](const Candidate& c) {
-    ++weighed;
-    const auto sp = span(c);
-    if (!sp) return;
+  auto keep = [&](int32_t choice, int64_t start, int64_t end, double top, double seconds) {
     Pending& p = pending_[pending++];
-    p.choice = c.choice;
-    p.start = static_cast<int32_t>(sp->start);
-    p.top = sp->top;
-    p.seconds = c.seconds;
-    w.lo = static_cast<int32_t>(std::min<int64_t>(w.lo, sp->start));
-    if (sp->top < least_top || (sp->top == least_top && sp->end < least_top_from)) {
-      least_top = sp->top;
-      least_top_from = sp->end;
+    p.choice = choice;
+    p.start = static_cast<int32_t>(start);
+    p.top = top;
+    p.seconds = seconds;
+    w.lo = static_cast<int32_t>(std::min<int64_t>(w.lo, start));
+    if (top < least_top || (top == least_top && end < least_top_from)) {
+      least_top = top;
+      least_top_from = end;
     }
+  };
+  // Record stage s with each of its options, in the order ties are broken: options first, then
+  // segment ends in increasing order.
+  for_each_option(s, t, [&](const Candidate& c) {
+    ++weighed;
+    if (const auto sp = span(c)) keep(c.choice, sp->start, sp->end, sp->top, c.seconds);
   });
-  work_ += static_cast<double>(weighed);
+  // Checkpoint stages s..j-1 (a segment never ends at t: that would only add a forward). A
+  // segment's own cost (the checkpoint call, its RNG state, the recompute's autograd run) is paid
+  // once, however many stages it spans. Every range's every segment end passes here: the spans are
+  // worked out inline, from the stages' compact arrays and the windows' contiguous lists.
+  const int64_t grad_t = stages_[static_cast<size_t>(t)].x;
+  double forward_seconds = costs_.segment_seconds();
+  int64_t forward_peak = 0;
+  const Window* inner = by_start_[static_cast<size_t>(s)].data();  // inner[j - s - 1]: range s..j-1
+  const Window* rest = by_end_[static_cast<size_t>(t)].data();     // rest[t - j]: range j..t
+  const int64_t* x = units_x_.data();
+  const int64_t last_end = std::min(t, s + longest_);
+  for (int64_t j = s + 1; j <= last_end; ++j) {
+    const int64_t k = j - 1;  // the stage the segment's no-grad forward now also runs
+    const int64_t held_input = k == s ? 0 : x[k - 1];
+    forward_peak = std::max(forward_peak, segment_units_ + grad_t + held_input + nograd_units_[k]);
+    forward_seconds += nograd_seconds_[k];
+    const int64_t held_in_backward = 2 * segment_units_ + held_in_segment_units(j, t);
+    const int64_t rest_offset = x[k] + segment_units_;
+    const int64_t lowest = std::max(forward_peak, std::max(rest_offset, held_in_backward));
+    if (lowest > filled_) break;  // the forward's peak only grows with j
+    ++weighed;
+    const Window& r = t - j + 1 <= longest_ ? rest[t - j] : rest_windows_[static_cast<size_t>(j)];
+    const Window& i = inner[j - s - 1];
+    if (r.empty() || i.empty()) continue;
+    const int64_t start = std::max(lowest, std::max(rest_offset + r.lo, held_in_backward + i.lo));
+    if (start > filled_) continue;
+    const int64_t end = std::max(lowest, std::max(rest_offset + r.hi, held_in_backward + i.hi));
+    // Summed as span() and the slot loops sum: forward, rest, inner.
+    keep(max_options_ + static_cast<int32_t>(j), start, end, (forward_seconds + r.top) + i.top, forward_seconds);
+  }
+  worker.work += static_cast<double>(weighed);
   if (w.lo <= filled_) w.hi = static_cast<int32_t>(std::min(least_top_from, filled_));
   pending_count = pending;
   return w;
 }
 
-void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, size_t pending, Window& w) {
-  values_.resize(first_entry + static_cast<size_t>(w.hi - w.lo + 1), kInfinity);
-  choices_.resize(values_.size(), -1);
-  double* row = values_.data() + first_entry - w.lo;  // row[m], m in [lo, hi]
-  int32_t* chosen = choices_.data() + first_entry - w.lo;
+void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t& first_entry, size_t pending, Window& w,
+                                     Worker& worker) {
+  const size_t count = static_cast<size_t>(w.hi - w.lo + 1);
+  first_entry = entries_.append(worker.cursor, count);
+  double* row = entries_.values(first_entry) - w.lo;  // row[m], m in [lo, hi]
+  int32_t* chosen = entries_.choices(first_entry) - w.lo;
+  std::fill_n(row + w.lo, count, kInfinity);
+  std::fill_n(chosen + w.lo, count, -1);
   // The slots innermost, over contiguous entries; a subrange read at slot m' holds its value at
   // min(m', its hi). Ties keep the earlier candidate. The row only falls with m (each candidate's
   // value does), so a candidate cannot improve the slots from the first whose value is at most its
@@ -296,7 +370,7 @@ void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, s
   const UnitStage& first = stages_[static_cast<size_t>(s)];
   const bool segment_end = s == t && t < n_ - 1;
   for (size_t q = 0; q < pending; ++q) {
-    const Pending& p = pending_[q];
+    const Pending& p = worker.pending[q];
     if (p.start > w.hi || !(row[p.start] > p.top)) continue;
     const Candidate c = [&] {
       if (p.choice < max_options_) {
@@ -311,7 +385,7 @@ void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, s
     const Span sp{p.start, 0, p.top};
     const int64_t end =
         std::partition_point(row + sp.start, row + w.hi + 1, [&](double value) { return value > sp.top; }) - row - 1;
-    work_ += static_cast<double>(end - sp.start + 1);
+    worker.work += static_cast<double>(end - sp.start + 1);
     auto update = [&](int64_t m, double total_seconds) {
       if (total_seconds < row[m]) {
         row[m] = total_seconds;
@@ -325,7 +399,7 @@ void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, s
     // Split where a subrange's window ends, so that each loop reads contiguous entries (or one).
     const Window& r = *c.rest;
     const double* rest =
-        values_.data() + this->first_entry(c.rest_s, t) - r.lo - c.rest_offset;  // rest[m]: at slot m - offset
+        entries_.values(this->first_entry(c.rest_s, t)) - r.lo - c.rest_offset;  // rest[m]: at slot m - offset
     const int64_t rest_ends = std::min<int64_t>(end, r.hi + c.rest_offset);
     if (!c.inner) {
       for (int64_t m = sp.start; m <= rest_ends; ++m) update(m, c.seconds + rest[m]);
@@ -333,7 +407,7 @@ void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, s
       continue;
     }
     const Window& i = *c.inner;
-    const double* inner = values_.data() + this->first_entry(s, c.inner_t) - i.lo - c.inner_offset;
+    const double* inner = entries_.values(this->first_entry(s, c.inner_t)) - i.lo - c.inner_offset;
     const int64_t inner_ends = std::min<int64_t>(end, i.hi + c.inner_offset);
     const int64_t both = std::min(rest_ends, inner_ends);
     for (int64_t m = sp.start; m <= both; ++m) update(m, c.seconds + rest[m] + inner[m]);
@@ -345,10 +419,11 @@ void OptimalPlanner::Table::fill_row(int64_t s, int64_t t, size_t first_entry, s
   w.top = row[w.hi];
 }
 
-OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64_t t, size_t first_entry) {
+OptimalPlanner::Table::Window OptimalPlanner::Table::fill_range(int64_t s, int64_t t, size_t& first_entry,
+                                                                Worker& worker) {
   size_t pending = 0;
-  Window w = find_window(s, t, pending);
-  if (!w.empty()) fill_row(s, t, first_entry, pending, w);
+  Window w = find_window(s, t, pending, worker);
+  if (!w.empty()) fill_row(s, t, first_entry, pending, w, worker);
   return w;
 }
 
@@ -359,11 +434,12 @@ void OptimalPlanner::Table::fill_table() {
   // those ranges weigh within its; then the chain's longer ranges, from the last stage back.
   const double row = static_cast<double>(filled_ + 1);
   auto within_bounds = [&](int64_t longest) {
+    double entries = 0;
+    for (const Worker& w : workers_) entries += static_cast<double>(w.cursor.appended);
     const double next = static_cast<double>(std::max<int64_t>(0, n_ - longest));        // ranges of length+1
     const double longer = static_cast<double>(std::max<int64_t>(0, n_ - longest - 1));  // beyond it
     const double ranges = static_cast<double>(longest) * static_cast<double>(n_) + next + longer;
-    const double bytes =
-        kEntryBytes * (static_cast<double>(values_.size()) + (next + longer) * row) + kRangeBytes * ranges;
+    const double bytes = kEntryBytes * (static_cast<double>(entries) + (next + longer) * row) + kRangeBytes * ranges;
     // Each range of the next length, and each longer one, weighs one candidate per option and per end
     // of its first segment.
     const double weighed = (next + longer) * static_cast<double>(max_options_ + longest + 1);
@@ -376,26 +452,54 @@ void OptimalPlanner::Table::fill_table() {
   by_start_.assign(static_cast<size_t>(n_), {});
   by_end_.assign(static_cast<size_t>(n_), {});
   first_entries_.assign(static_cast<size_t>(n_), {});
+  // Where every range fits a quarter of the bound, its lists are sized once: growing them a range at
+  // a time would copy each a dozen times.
+  if (kRangeBytes * static_cast<double>(n_) * static_cast<double>(n_ + 1) / 2 <= kMaxTableBytes / 4) {
+    for (int64_t s = 0; s < n_; ++s) {
+      by_start_[static_cast<size_t>(s)].reserve(static_cast<size_t>(n_ - s));
+      by_end_[static_cast<size_t>(s)].reserve(static_cast<size_t>(s + 1));
+      first_entries_[static_cast<size_t>(s)].reserve(static_cast<size_t>(n_ - s));
+    }
+  }
+  // The ranges of one length are independent: on the threads the caller gave LibTorch
+  // (at::set_num_threads), each its own worker, where a length weighs enough candidates to pay for
+  // them. Each range's values and choices are the same on any number of threads.
+  workers_.assign(static_cast<size_t>(std::max(1, at::get_num_threads())), Worker{});
+  auto sum_work = [&] {
+    work_ = 0;
+    for (const Worker& w : workers_) work_ += w.work;
+  };
+  constexpr int64_t kCandidatesPerThread = 1 << 14;
   for (int64_t length = 1; length <= n_; ++length) {
+    sum_work();
     if (length > 1 && !within_bounds(length - 1)) break;
     longest_ = length;
+    // Each list is appended to by the one range that starts or ends at its stage.
     for (int64_t s = 0; s + length - 1 < n_; ++s) {
-      const size_t first = values_.size();
-      const Window w = fill_range(s, s + length - 1, first);
-      by_start_[static_cast<size_t>(s)].push_back(w);
-      by_end_[static_cast<size_t>(s + length - 1)].push_back(w);
-      first_entries_[static_cast<size_t>(s)].push_back(first);
+      by_start_[static_cast<size_t>(s)].emplace_back();
+      by_end_[static_cast<size_t>(s + length - 1)].emplace_back();
+      first_entries_[static_cast<size_t>(s)].emplace_back();
     }
+    const int64_t grain = std::max<int64_t>(1, kCandidatesPerThread / (length + max_options_));
+    at::parallel_for(0, n_ - length + 1, grain, [&](int64_t begin, int64_t end) {
+      Worker& worker = workers_[static_cast<size_t>(at::get_thread_num()) % workers_.size()];
+      for (int64_t s = begin; s < end; ++s) {
+        size_t first = 0;
+        const Window w = fill_range(s, s + length - 1, first, worker);
+        by_start_[static_cast<size_t>(s)].back() = w;
+        by_end_[static_cast<size_t>(s + length - 1)].back() = w;
+        first_entries_[static_cast<size_t>(s)].back() = first;
+      }
+    });
   }
   rest_windows_.assign(static_cast<size_t>(n_), Window{});
   rest_first_entries_.assign(static_cast<size_t>(n_), 0);
   for (int64_t s = n_ - 1 - longest_; s >= 0; --s) {
-    rest_first_entries_[static_cast<size_t>(s)] = values_.size();
-    rest_windows_[static_cast<size_t>(s)] = fill_range(s, n_ - 1, values_.size());
+    rest_windows_[static_cast<size_t>(s)] =
+        fill_range(s, n_ - 1, rest_first_entries_[static_cast<size_t>(s)], workers_.front());
   }
-  pending_ = {};
-  values_.shrink_to_fit();
-  choices_.shrink_to_fit();
+  sum_work();
+  workers_ = {};
 }
 
 OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int64_t max_budget_bytes,
@@ -416,6 +520,11 @@ OptimalPlanner::Table::Table(CostTable costs, const PlannerOptions& options, int
   unit_ = std::max<int64_t>(1, round_up(max_budget_bytes, slots_));
   filled_ = filled_units < 0 ? slots_ : std::min(filled_units, slots_);
   stages_ = to_units(costs_, unit_);
+  for (const UnitStage& stage : stages_) {
+    units_x_.push_back(stage.x);
+    nograd_units_.push_back(stage.x + stage.nograd_extra);
+    nograd_seconds_.push_back(stage.nograd_seconds);
+  }
   segment_units_ = round_up(costs_.segment_bytes, unit_);
   reentrant_ = options_.mode() == CheckpointMode::reentrant;
   for (const auto& s : stages_) max_options_ = std::max<int32_t>(max_options_, static_cast<int32_t>(s.options.size()));
@@ -480,7 +589,7 @@ void OptimalPlanner::Table::build(int64_t s, int64_t t, int64_t m, std::vector<P
     const Window& w = window(s, t);
     TORCH_INTERNAL_ASSERT(!w.empty() && m >= w.lo, "planner: backtracking reached an infeasible state");
     m = std::min<int64_t>(m, w.hi);
-    const int32_t choice = choices_[first_entry(s, t) + static_cast<size_t>(m - w.lo)];
+    const int32_t choice = entries_.choices(first_entry(s, t))[m - w.lo];
     TORCH_INTERNAL_ASSERT(choice >= 0, "planner: backtracking reached an infeasible state");
     if (choice < max_options_) {
       plan.options[s] = costs_.stages[s].options[choice].option;
