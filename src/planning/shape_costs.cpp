@@ -149,6 +149,13 @@ ShapeTerms ShapeTerms::batch_only() { return {{"batch"}, {{0}, {1}}}; }
 
 ShapeTerms ShapeTerms::length_only() { return {{"length"}, {{0}, {1}, {2}}}; }
 
+std::vector<int64_t> ShapeTerms::lengths_to_profile(std::vector<int64_t> lengths) {
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  if (lengths.size() <= 3) return lengths;
+  return {lengths.front(), lengths[lengths.size() / 2], lengths.back()};
+}
+
 ShapeTerms ShapeTerms::batch_and_length() {
   return {{"batch", "length"}, {{0, 0}, {1, 0}, {0, 1}, {0, 2}, {1, 1}, {1, 2}}};
 }

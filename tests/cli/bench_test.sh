@@ -42,6 +42,20 @@ awk -F, 'NR > 1 { if (!($1 in first)) { first[$1] = $3; n++ } last[$1] = $3 }
   END { for (s in first) if (first[s] != 0 || last[s] < 0 || last[s] > 64) { print s ": " first[s] " -> " last[s]; bad = 1 }
         exit bad || n != 3 }' "$work/bench/timeline.csv" || fail "timelines do not start at 0 and end near 0 (or not 3 of them)"
 
+# --lengths: every strategy again at each length, on the one model; 8 planned from the fit of 4, 12, 16.
+"$remat" bench "${tiny[@]}" --measure-steps 2 --policies none block --budget 80% --lengths 4:16:4 --no-trace --no-plots \
+  --out "$work/lengths" > "$work/lengths.out" 2> "$work/lengths.err"
+csv="$work/lengths/lengths.csv"
+[ "$(tail -n +2 "$csv" | wc -l)" -eq 12 ] || fail "lengths.csv does not have 4 lengths x 3 strategies"
+[ "$(awk -F, '$3 == "fitted" { print $1 }' "$csv" | sort -u)" = 8 ] || fail "length 8 alone should be planned from the fit"
+awk -F, 'NR > 1 && $2 ~ /^optimal/ && $11 != 1 { bad = 1 } END { exit bad }' "$csv" ||
+  fail "a plan went over its budget at some length"
+awk -F, 'NR > 1 && $2 == "none" { if ($6 <= last) bad = 1; last = $6 } END { exit bad }' "$csv" ||
+  fail "the unchecked peak does not grow with the length"
+grep -q '"lengths": \[' "$work/lengths/bench.json" || fail "bench.json has no per-length rows"
+grep -q "## Per sequence length" "$work/lengths/report.md" || fail "report.md has no per-length section"
+grep -q "batches of length 12" "$work/lengths.err" || fail "no progress per length"
+
 "$remat" trace "${tiny[@]}" --policies none every:2 --out "$work/trace" > "$work/trace.out"
 [ -s "$work/trace/timeline.png" ] || fail "trace wrote no plot"
 grep -q "every:2" "$work/trace.out" || fail "trace did not report every:2"
@@ -61,4 +75,10 @@ expect_error "--budget lists '60%' twice" "$remat" bench "${tiny[@]}" --measure-
 expect_error "has an unknown unit 'parsecs'" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 12parsecs --out "$work/b7"
 expect_error "lists 'block' twice" "$remat" bench "${tiny[@]}" --measure-steps 1 --policies block block --budget "" --out "$work/b4"
 expect_error "unknown policy 'blocks'" "$remat" trace "${tiny[@]}" --policies blocks --out "$work/b5"
+expect_error "--lengths: 32 is longer than the model's 16 positions" "$remat" bench "${tiny[@]}" --budget "" --lengths 8,32 --out "$work/b9"
+expect_error "--lengths: 'x' in '4:x' is not a length" "$remat" bench "${tiny[@]}" --budget "" --lengths 4:x --out "$work/b9"
+expect_error "--lengths: --profile is a profile of one length" "$remat" bench "${tiny[@]}" --budget 60% --lengths 8,16 \
+  --profile "$work/bench/profile.json" --out "$work/b9"
+expect_error "--lengths: at length 4: --budget 60%" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 60% --lengths 4,16 --out "$work/b9"
+[ -e "$work/b9/bench.json" ] && fail "a bench that failed its plans wrote a report"
 echo "bench and trace: all checks passed"

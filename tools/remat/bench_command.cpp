@@ -7,13 +7,16 @@
 #include <chrono>
 #include <ctime>
 #include <iostream>
+#include <map>
 #include <memory>
+#include <optional>
 
 #include <ATen/ops/zeros_like.h>
 #include <nlohmann/json.hpp>
 #include <torch/version.h>
 
 #include "commands.h"
+#include "model_flags.h"
 #include "invocation.h"
 #include "progress.h"
 #include "remat/memory/memory.h"
@@ -27,6 +30,7 @@
 #include "strategies.h"
 #include "remat/train/config_json.h"
 #include "remat/internal/table.h"
+#include "remat/planning/shape_costs.h"
 
 namespace remat::cli {
 namespace {
@@ -35,6 +39,7 @@ struct BenchFlags : StrategyFlags {
   int steps = 3;
   std::vector<std::string> trace;  ///< strategy names; empty: the defaults
   bool no_trace = false;
+  std::string lengths;  ///< --lengths as given; empty: the one length --seq
 };
 
 // The strategies whose timeline to record, checked against what will run (policies that apply to
@@ -77,7 +82,7 @@ struct BenchResults {
 };
 
 BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Strategy>& strategies,
-                                     const BenchFlags& flags) {
+                                     const BenchFlags& flags, const std::string& title) {
   const auto& options = flags.model.options;
   std::vector<Plan> plans;
   for (const auto& s : strategies) plans.push_back(s.plan);
@@ -90,7 +95,7 @@ BenchMeasurements measure_strategies(SampleModel& sample, const std::vector<Stra
     plans.push_back(Plan::unchecked(models::GptChainShape(options.model.layers(), models::GptGranularity::block)));
 
   std::cerr << "measuring " << plans.size() << " strategies: one warm-up round, then " << flags.steps
-            << " interleaved rounds (" << model_title(options) << ")\n";
+            << " interleaved rounds (" << title << ")\n";
   Progress progress("round", flags.steps + 1, flags.steps + 1);
   const auto started = std::chrono::steady_clock::now();
   auto report_round = [&](int round, int rounds, size_t p) {
@@ -246,11 +251,149 @@ nlohmann::json json_report(const BenchFlags& flags, const BenchResults& r) {
   return report;
 }
 
+// --lengths: every strategy again at each sequence length, on the same model (its --seq the longest)
+// fed the sample batch's first positions, as variable-length training feeds it. A length's plans are
+// made from its costs: profiled at the least, middle and greatest length, the others from their fit
+// in the length (ShapeCosts), as the trainer plans them.
+struct LengthRun {
+  int64_t length = 0;
+  bool fitted = false;
+  double costs_seconds = 0;     ///< profiling the length, or instantiating the fit at it
+  double planning_seconds = 0;  ///< every strategy's plan at this length
+  std::vector<Strategy> strategies;
+  BenchMeasurements measured;
+};
+
+std::pair<at::Tensor, at::Tensor> batch_of_length(const SampleModel& sample, int64_t length) {
+  return {sample.tokens.narrow(1, 0, length).contiguous(), sample.targets.narrow(1, 0, length).contiguous()};
+}
+
+// Every length's costs and plans, before anything is measured: a budget no plan fits at some length
+// fails the run before it has taken any time.
+std::vector<LengthRun> plan_lengths(const BenchFlags& flags, const SampleModel& sample,
+                                    const std::vector<int64_t>& lengths, const std::vector<std::string>& policies,
+                                    const std::vector<std::string>& budgets) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  std::map<int64_t, std::pair<ModelCosts, double>> profiled;
+  for (const int64_t length : ShapeTerms::lengths_to_profile(lengths)) {
+    std::cerr << "profiling the GPT's stages at length " << length << " (" << flags.planning.repeats
+              << " interleaved repeats)...\n";
+    const auto start = Clock::now();
+    const auto [tokens, targets] = batch_of_length(sample, length);
+    ModelCosts costs =
+        models::profile_gpt(sample.model, tokens, targets, PlanningOptions().profile().repeats(flags.planning.repeats),
+                            CheckpointMode::reentrant);
+    profiled.emplace(length, std::pair{std::move(costs), seconds_since(start)});
+  }
+  std::optional<ShapeCosts> fit;
+  if (profiled.size() >= 3) {
+    std::vector<ShapedCosts> samples;
+    for (const auto& [length, costs] : profiled) samples.push_back(ShapedCosts{{length}, costs.first.half});
+    fit = ShapeCosts::fit(samples, ShapeTerms::length_only());
+  }
+  std::vector<LengthRun> runs;
+  for (const int64_t length : lengths) {
+    LengthRun run;
+    run.length = length;
+    const auto found = profiled.find(length);
+    run.fitted = found == profiled.end();
+    auto start = Clock::now();
+    const ModelCosts costs = run.fitted ? ModelCosts{fit->at({length})} : found->second.first;
+    run.costs_seconds = run.fitted ? seconds_since(start) : found->second.second;
+    start = Clock::now();
+    try {
+      run.strategies = make_strategies(&costs, flags.model.options.model.layers(), policies, budgets,
+                                       flags.planning.slots, flags.checkpoint_modes);
+    } catch (const c10::Error& e) {
+      const std::string message = e.what_without_backtrace();
+      const std::string prefix = "remat: ";
+      REMAT_CHECK(false, "--lengths: at length ", length, ": ",
+                  message.rfind(prefix, 0) == 0 ? message.substr(prefix.size()) : message);
+    }
+    run.planning_seconds = seconds_since(start);
+    runs.push_back(std::move(run));
+  }
+  return runs;
+}
+
+void measure_lengths(const BenchFlags& flags, const SampleModel& sample, std::vector<LengthRun>& runs) {
+  for (LengthRun& run : runs) {
+    const auto [tokens, targets] = batch_of_length(sample, run.length);
+    SampleModel at_length{sample.model, tokens, targets};
+    run.measured =
+        measure_strategies(at_length, run.strategies, flags,
+                           model_title(flags.model.options) + ", batches of length " + std::to_string(run.length));
+  }
+}
+
+// One row per length and strategy: what the plan held and took at that length, against its
+// prediction and the unchecked step of the same length.
+Table length_rows(const std::vector<LengthRun>& runs) {
+  Table rows({{"sequence", "length"},
+              {"strategy", "strategy"},
+              {"costs", "costs"},
+              Column::data("budget"),
+              Column::data("budget_bytes"),
+              {"activation_peak_bytes", "activation peak"},
+              {"predicted_peak_bytes", "predicted peak"},
+              {"peak_error_fraction", "peak error"},
+              {"median_step_seconds", "median step"},
+              {"overhead_fraction", "overhead"},
+              Column::data("within_budget"),
+              {"planning_seconds", "planned in"}});
+  const nlohmann::json none_value;
+  for (const LengthRun& run : runs) {
+    const PlanMeasurement& none = run.measured.none();
+    const std::string costs = run.fitted ? "fitted" : "profiled";
+    for (size_t i = 0; i < run.strategies.size(); ++i) {
+      const Strategy& s = run.strategies[i];
+      const PlanMeasurement& m = run.measured.plans[i];
+      const bool over = s.planner && m.activation_peak_bytes > s.budget_bytes;
+      Cell predicted("-", none_value), error("-", none_value);
+      if (s.prediction) {
+        const double fraction = static_cast<double>(s.prediction->peak_bytes - m.activation_peak_bytes) /
+                                static_cast<double>(std::max<int64_t>(m.activation_peak_bytes, 1));
+        predicted = Cell(format_bytes(s.prediction->peak_bytes), s.prediction->peak_bytes);
+        error = Cell(percent(fraction), fraction);
+      }
+      const double overhead = paired_time_ratio(m, none) - 1.0;
+      rows.add_row({Cell(std::to_string(run.length), run.length), s.name, costs,
+                    Cell(s.budget_text, s.planner ? nlohmann::json(s.budget_text) : none_value),
+                    Cell("", s.planner ? nlohmann::json(s.budget_bytes) : none_value),
+                    Cell(format_bytes(m.activation_peak_bytes) + (over ? " OVER" : ""), m.activation_peak_bytes),
+                    predicted, error, Cell(format_seconds(m.step_seconds), m.step_seconds),
+                    Cell(percent(overhead), overhead), Cell("", s.planner ? nlohmann::json(!over) : none_value),
+                    Cell(i == 0 ? format_seconds(run.planning_seconds) : "", run.planning_seconds)});
+    }
+  }
+  return rows;
+}
+
+// --lengths, checked before anything is profiled: each length at most the model's --seq (its
+// positions), and no saved profile (that is of one length; each length's costs are made here).
+std::vector<int64_t> checked_lengths(const BenchFlags& flags) {
+  if (flags.lengths.empty()) return {};
+  const std::vector<int64_t> lengths = parse_lengths(flags.lengths);
+  const int64_t longest = flags.model.options.model.sequence();
+  for (const int64_t length : lengths) {
+    REMAT_CHECK(length <= longest, "--lengths: ", length, " is longer than the model's ", longest,
+                " positions; give lengths up to --seq (or a larger --seq).");
+  }
+  REMAT_CHECK(flags.planning.profile_file.empty(),
+              "--lengths: --profile is a profile of one length; leave it out (each length's costs are profiled or "
+              "fitted here).");
+  return lengths;
+}
+
 void run_bench(BenchFlags& flags) {
   const auto [out, policies, budgets] = check_strategy_flags(flags);
   const auto& options = flags.model.options;
   std::ostream& human = human_output(flags.json);
   const std::vector<std::string> trace_names = traced_names(flags, policies, budgets);
+  const std::vector<int64_t> lengths = checked_lengths(flags);
   const ModelCosts costs = strategy_costs(flags);
   BenchResults r;
   r.strategies =
@@ -260,7 +403,9 @@ void run_bench(BenchFlags& flags) {
   r.threads = set_cpu_threads(options.threads).to_string();
   r.title = model_title(options);
 
-  r.measured = measure_strategies(sample, r.strategies, flags);
+  std::vector<LengthRun> length_runs;
+  if (!lengths.empty()) length_runs = plan_lengths(flags, sample, lengths, policies, budgets);
+  r.measured = measure_strategies(sample, r.strategies, flags, r.title);
   r.points = pareto_points(r.strategies, r.measured);
   r.rows = strategy_rows(r, costs);
   human << "\n"
@@ -271,9 +416,26 @@ void run_bench(BenchFlags& flags) {
   r.timelines = record_timelines(sample, r.strategies, trace_names, options.seed);
 
   std::vector<std::string> files = write_csv_profile_and_plots(out, flags, costs, r);
-  files.push_back((out / "report.md").string());
-  write_file_atomically(files.back(), markdown_report(flags, r));
+  std::string markdown = markdown_report(flags, r);
   nlohmann::json report = json_report(flags, r);
+  if (!lengths.empty()) {
+    measure_lengths(flags, sample, length_runs);
+    const Table length_table = length_rows(length_runs);
+    human << "\nPer sequence length (the model's first positions of the same batch; median of " << flags.steps
+          << " interleaved steps; costs profiled at up to three lengths, the rest fitted)\n";
+    length_table.print(human);
+    files.push_back((out / "lengths.csv").string());
+    write_file_atomically(files.back(), length_table.csv());
+    report["lengths"] = length_table.json();
+    markdown +=
+        "\n## Per sequence length\n\nEach strategy at each length of `--lengths`, on the same model fed the "
+        "first positions of the same batch. A length's costs are profiled at the least, middle and greatest "
+        "length and fitted in the length for the others (`costs`); its plans are made from them "
+        "(`planned in`: every strategy's plan at that length).\n\n" +
+        length_table.markdown();
+  }
+  files.push_back((out / "report.md").string());
+  write_file_atomically(files.back(), markdown);
   write_file_atomically(files[1], report.dump(2) + "\n");
   human << "\nwrote:";
   for (const auto& f : files) human << " " << f;
@@ -302,6 +464,11 @@ void add_bench_command(CLI::App& app) {
                    "Strategies whose memory timeline to plot (default: none, block, the middle budget's optimal plan)")
       ->group("Output");
   bench->add_flag("--no-trace", flags->no_trace, "Skip the memory timeline")->group("Output");
+  bench
+      ->add_option("--lengths", flags->lengths,
+                   "Also measure every strategy at each of these sequence lengths, up to --seq: MIN:MAX[:STEP] "
+                   "(64:256:64) or a list (64,128,256); costs profiled at three lengths and fitted in the length")
+      ->group("Planning");
   bench->callback([flags, bench] {
     flags->default_policies = bench->get_option("--policies")->count() == 0;
     run_bench(*flags);

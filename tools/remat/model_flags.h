@@ -90,4 +90,8 @@ CLI::Option* add_json_flag(CLI::App& command, bool& json);
 /// Where a command writes what people read: stderr under --json (stdout is the JSON's), else stdout.
 inline std::ostream& human_output(bool json) { return json ? std::cerr : std::cout; }
 
+/// `--lengths`: "64:512:64" (from 64 to 512 by 64; the step 64 where left out) or "64,128,512"; at most
+/// 4096 lengths, each from 1 to 2^24.
+std::vector<int64_t> parse_lengths(const std::string& text);
+
 }  // namespace remat::cli

@@ -56,44 +56,6 @@ std::string printable(const std::string& text) {
 }
 
 // Checked before any rank starts, so that a bad flag fails once rather than once per rank.
-// "--lengths 64:512:64" (from 64 to 512 by 64) or "64,128,512": the lengths a step draws from.
-std::vector<int64_t> parse_lengths(const std::string& text) {
-  const auto number = [&](const std::string& part) {
-    size_t used = 0;
-    int64_t value = 0;
-    try {
-      value = std::stoll(part, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    REMAT_CHECK(used == part.size() && !part.empty() && value >= 1 && value <= (int64_t{1} << 24), "--lengths: '", part,
-                "' in '", text, "' is not a length; give MIN:MAX:STEP (64:512:64) or a list (64,128,512).");
-    return value;
-  };
-  std::vector<std::string> parts;
-  const char separator = text.find(':') != std::string::npos ? ':' : ',';
-  for (size_t at = 0;;) {
-    const size_t end = text.find(separator, at);
-    parts.push_back(text.substr(at, end == std::string::npos ? std::string::npos : end - at));
-    if (end == std::string::npos) break;
-    at = end + 1;
-  }
-  std::vector<int64_t> lengths;
-  if (separator == ',') {
-    REMAT_CHECK(parts.size() <= 4096, "--lengths: ", parts.size(), " lengths; give at most 4096.");
-    for (const auto& part : parts) lengths.push_back(number(part));
-    return lengths;
-  }
-  REMAT_CHECK(parts.size() == 2 || parts.size() == 3, "--lengths: '", text,
-              "' is not MIN:MAX or MIN:MAX:STEP (64:512:64).");
-  const int64_t least = number(parts[0]), most = number(parts[1]), step = parts.size() == 3 ? number(parts[2]) : 64;
-  REMAT_CHECK(least <= most, "--lengths: '", text, "' runs from ", least, " down to ", most, "; give MIN <= MAX.");
-  REMAT_CHECK((most - least) / step < 4096, "--lengths: '", text,
-              "' gives more than 4096 lengths; take a larger step.");
-  for (int64_t length = least; length <= most; length += step) lengths.push_back(length);
-  return lengths;
-}
-
 void apply_train_flags(TrainFlags& flags) {
   flags.model.apply_preset();
   flags.model.refuse_together("--policy", "--budget");

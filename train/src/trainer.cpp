@@ -271,14 +271,8 @@ void Trainer::set_up_plan(const PlanRequest& request) {
 }
 
 void Trainer::profile_lengths(const PlanRequest& request) {
-  // The least, the middle and the greatest length: three tell 1, T and T² apart; with fewer distinct
-  // lengths each is profiled and nothing is fitted. Each on a batch of its own length (a sampler of
-  // its own: the run's batches are unchanged).
-  std::vector<int64_t> distinct = options_.lengths;
-  std::sort(distinct.begin(), distinct.end());
-  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-  std::vector<int64_t> profiled = distinct;
-  if (distinct.size() > 3) profiled = {distinct.front(), distinct[distinct.size() / 2], distinct.back()};
+  // Each on a batch of its own length (a sampler of its own: the run's batches are unchanged).
+  const std::vector<int64_t> profiled = ShapeTerms::lengths_to_profile(options_.lengths);
   const PlanningOptions& planning = request.options();
   std::vector<ShapedCosts> samples;
   for (const int64_t length : profiled) {

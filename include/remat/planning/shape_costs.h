@@ -38,6 +38,10 @@ struct ShapeTerms {
   /// (batch, length): 1, B, T, T², B·T, B·T² (a Transformer: per sequence, per position, the causal
   /// mask, per token, attention scores per pair of tokens).
   static ShapeTerms batch_and_length();
+  /// Of the lengths to be run, those to profile for length_only(): the least, the middle and the
+  /// greatest (three tell 1, T and T² apart), or every distinct one where there are at most three
+  /// (then nothing is fitted); sorted.
+  static std::vector<int64_t> lengths_to_profile(std::vector<int64_t> lengths);
   /// "1 + batch·length + batch·length^2".
   std::string describe() const;
 };
