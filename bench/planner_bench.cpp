@@ -5,6 +5,7 @@
 // its unchecked peak). Resident memory is the process's peak so far (cases run smallest first).
 //   remat_planner_bench                  all three
 //   remat_planner_bench LAYERS [SLOTS]   one GPT of LAYERS layers in half blocks (SLOTS: one grid)
+//   --threads N                          LibTorch's intra-op threads (default 2, the reference's)
 #include <sys/resource.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
 #include "remat/base/error.h"
@@ -72,13 +74,21 @@ int main(int argc, char** argv) try {
   CLI::App app("The optimal planner's time and memory on GPT half-block chains, costs from the analytic estimator.",
                "remat_planner_bench");
   int64_t layers = 0, slots = 0;
+  int threads = 2;
   app.add_option("layers", layers,
                  "GPT layers, hidden 1024, sequence 1024, bf16 (the chain has 2 x layers + 2 stages); default: the "
                  "reference GPT, 47 and 499 layers")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   app.add_option("slots", slots, "one memory grid (default: 250 to 4000 slots for LAYERS, else the planner's default)")
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  app.add_option("--threads", threads,
+                 "LibTorch's intra-op threads (at::set_num_threads, as a program sets them): the table's ranges of "
+                 "one length are filled on them")
+      ->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
+  at::set_num_threads(threads);
+  std::cout << "on " << at::get_num_threads() << " thread" << (at::get_num_threads() == 1 ? "" : "s")
+            << " (at::set_num_threads)\n";
   if (layers > 0) {
     const auto costs = large_gpt(layers);
     std::vector<int64_t> slot_counts{250, 500, 1000, 2000, 4000};

@@ -139,7 +139,7 @@ class OptimalPlanner::Table {
   /// set in `first_entry`.
   Window fill_range(int64_t s, int64_t t, size_t& first_entry, Worker& worker);
   /// The first pass: the window's lo and hi (empty where no plan fits), each candidate that can
-  /// fill a slot kept in pending_[0, pending).
+  /// fill a slot kept in worker.pending[0, pending).
   Window find_window(int64_t s, int64_t t, size_t& pending, Worker& worker);
   /// The second pass: the window's entries appended (where: `first_entry`), filled, and its top.
   void fill_row(int64_t s, int64_t t, size_t& first_entry, size_t pending, Window& w, Worker& worker);
@@ -297,12 +297,12 @@ OptimalPlanner::Table::Window OptimalPlanner::Table::find_window(int64_t s, int6
   double least_top = kInfinity;
   int64_t least_top_from = filled_;
   // Sized once per table, written field by field: this loop runs for every candidate of every range.
-  std::vector<Pending>& pending_ = worker.pending;
-  pending_.resize(static_cast<size_t>(max_options_ + longest_));
+  std::vector<Pending>& kept = worker.pending;
+  kept.resize(static_cast<size_t>(max_options_ + longest_));
   size_t pending = 0;  // a local: through the reference it would be stored at every candidate
   int64_t weighed = 0;
   auto keep = [&](int32_t choice, int64_t start, int64_t end, double top, double seconds) {
-    Pending& p = pending_[pending++];
+    Pending& p = kept[pending++];
     p.choice = choice;
     p.start = static_cast<int32_t>(start);
     p.top = top;

@@ -258,7 +258,6 @@ nlohmann::json json_report(const BenchFlags& flags, const BenchResults& r) {
 struct LengthRun {
   int64_t length = 0;
   bool fitted = false;
-  double costs_seconds = 0;     ///< profiling the length, or instantiating the fit at it
   double planning_seconds = 0;  ///< every strategy's plan at this length
   std::vector<Strategy> strategies;
   BenchMeasurements measured;
@@ -270,28 +269,31 @@ std::pair<at::Tensor, at::Tensor> batch_of_length(const SampleModel& sample, int
 
 // Every length's costs and plans, before anything is measured: a budget no plan fits at some length
 // fails the run before it has taken any time.
-std::vector<LengthRun> plan_lengths(const BenchFlags& flags, const SampleModel& sample,
+// `at_longest`: the main bench's costs, of the model's --seq, profiled on the same batch.
+std::vector<LengthRun> plan_lengths(const BenchFlags& flags, const SampleModel& sample, const ModelCosts& at_longest,
                                     const std::vector<int64_t>& lengths, const std::vector<std::string>& policies,
                                     const std::vector<std::string>& budgets) {
   using Clock = std::chrono::steady_clock;
   const auto seconds_since = [](Clock::time_point start) {
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
-  std::map<int64_t, std::pair<ModelCosts, double>> profiled;
+  std::map<int64_t, ModelCosts> profiled;
   for (const int64_t length : ShapeTerms::lengths_to_profile(lengths)) {
+    if (length == flags.model.options.model.sequence()) {
+      profiled.emplace(length, at_longest);
+      continue;
+    }
     std::cerr << "profiling the GPT's stages at length " << length << " (" << flags.planning.repeats
               << " interleaved repeats)...\n";
-    const auto start = Clock::now();
     const auto [tokens, targets] = batch_of_length(sample, length);
-    ModelCosts costs =
-        models::profile_gpt(sample.model, tokens, targets, PlanningOptions().profile().repeats(flags.planning.repeats),
-                            CheckpointMode::reentrant);
-    profiled.emplace(length, std::pair{std::move(costs), seconds_since(start)});
+    profiled.emplace(length, models::profile_gpt(sample.model, tokens, targets,
+                                                 PlanningOptions().profile().repeats(flags.planning.repeats),
+                                                 CheckpointMode::reentrant));
   }
   std::optional<ShapeCosts> fit;
   if (profiled.size() >= 3) {
     std::vector<ShapedCosts> samples;
-    for (const auto& [length, costs] : profiled) samples.push_back(ShapedCosts{{length}, costs.first.half});
+    for (const auto& [length, costs] : profiled) samples.push_back(ShapedCosts{{length}, costs.half});
     fit = ShapeCosts::fit(samples, ShapeTerms::length_only());
   }
   std::vector<LengthRun> runs;
@@ -300,10 +302,8 @@ std::vector<LengthRun> plan_lengths(const BenchFlags& flags, const SampleModel& 
     run.length = length;
     const auto found = profiled.find(length);
     run.fitted = found == profiled.end();
-    auto start = Clock::now();
-    const ModelCosts costs = run.fitted ? ModelCosts{fit->at({length})} : found->second.first;
-    run.costs_seconds = run.fitted ? seconds_since(start) : found->second.second;
-    start = Clock::now();
+    const auto start = Clock::now();
+    const ModelCosts costs = run.fitted ? ModelCosts{fit->at({length})} : found->second;
     try {
       run.strategies = make_strategies(&costs, flags.model.options.model.layers(), policies, budgets,
                                        flags.planning.slots, flags.checkpoint_modes);
@@ -404,7 +404,7 @@ void run_bench(BenchFlags& flags) {
   r.title = model_title(options);
 
   std::vector<LengthRun> length_runs;
-  if (!lengths.empty()) length_runs = plan_lengths(flags, sample, lengths, policies, budgets);
+  if (!lengths.empty()) length_runs = plan_lengths(flags, sample, costs, lengths, policies, budgets);
   r.measured = measure_strategies(sample, r.strategies, flags, r.title);
   r.points = pareto_points(r.strategies, r.measured);
   r.rows = strategy_rows(r, costs);
