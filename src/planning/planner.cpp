@@ -227,7 +227,6 @@ class OptimalPlanner::Table {
     double work = 0;
   };
   std::vector<Worker> workers_;  // one per thread of at::get_num_threads()
-  double work_ = 0;              // every worker's, at the last length filled
   Entries entries_;
   int32_t max_options_ = 1;
   bool reentrant_ = false;
@@ -434,16 +433,19 @@ void OptimalPlanner::Table::fill_table() {
   // those ranges weigh within its; then the chain's longer ranges, from the last stage back.
   const double row = static_cast<double>(filled_ + 1);
   auto within_bounds = [&](int64_t longest) {
-    double entries = 0;
-    for (const Worker& w : workers_) entries += static_cast<double>(w.cursor.appended);
+    double entries = 0, work = 0;  // so far, every worker's
+    for (const Worker& w : workers_) {
+      entries += static_cast<double>(w.cursor.appended);
+      work += w.work;
+    }
     const double next = static_cast<double>(std::max<int64_t>(0, n_ - longest));        // ranges of length+1
     const double longer = static_cast<double>(std::max<int64_t>(0, n_ - longest - 1));  // beyond it
     const double ranges = static_cast<double>(longest) * static_cast<double>(n_) + next + longer;
-    const double bytes = kEntryBytes * (static_cast<double>(entries) + (next + longer) * row) + kRangeBytes * ranges;
+    const double bytes = kEntryBytes * (entries + (next + longer) * row) + kRangeBytes * ranges;
     // Each range of the next length, and each longer one, weighs one candidate per option and per end
     // of its first segment.
     const double weighed = (next + longer) * static_cast<double>(max_options_ + longest + 1);
-    return bytes <= kMaxTableBytes && work_ + weighed <= kMaxWork;
+    return bytes <= kMaxTableBytes && work + weighed <= kMaxWork;
   };
   REMAT_CHECK(within_bounds(0), "planner: a chain of ", n_, " stages with ", slots_,
               " memory slots needs a table of up to ",
@@ -465,13 +467,8 @@ void OptimalPlanner::Table::fill_table() {
   // (at::set_num_threads), each its own worker, where a length weighs enough candidates to pay for
   // them. Each range's values and choices are the same on any number of threads.
   workers_.assign(static_cast<size_t>(std::max(1, at::get_num_threads())), Worker{});
-  auto sum_work = [&] {
-    work_ = 0;
-    for (const Worker& w : workers_) work_ += w.work;
-  };
   constexpr int64_t kCandidatesPerThread = 1 << 14;
   for (int64_t length = 1; length <= n_; ++length) {
-    sum_work();
     if (length > 1 && !within_bounds(length - 1)) break;
     longest_ = length;
     // Each list is appended to by the one range that starts or ends at its stage.
@@ -498,7 +495,6 @@ void OptimalPlanner::Table::fill_table() {
     rest_windows_[static_cast<size_t>(s)] =
         fill_range(s, n_ - 1, rest_first_entries_[static_cast<size_t>(s)], workers_.front());
   }
-  sum_work();
   workers_ = {};
 }
 

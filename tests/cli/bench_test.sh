@@ -60,11 +60,6 @@ grep -q "batches of length 12" "$work/lengths.err" || fail "no progress per leng
 [ -s "$work/trace/timeline.png" ] || fail "trace wrote no plot"
 grep -q "every:2" "$work/trace.out" || fail "trace did not report every:2"
 
-expect_error() {  # expect_error "message" command...
-  local message="$1"; shift
-  if "$@" > "$work/err.out" 2>&1; then fail "expected an error from: $*"; fi
-  grep -qF -- "$message" "$work/err.out" || { cat "$work/err.out" >&2; fail "expected '$message'"; }
-}
 expect_error "--trace: 'nope' is not one of the strategies" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 60% --trace nope --out "$work/b2"
 expect_error "the smallest feasible budget is" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget 1KiB --out "$work/b3"
 expect_error "--out: cannot create the folder" "$remat" bench "${tiny[@]}" --measure-steps 1 --budget "" --out /proc/remat-bench

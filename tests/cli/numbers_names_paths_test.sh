@@ -4,15 +4,6 @@
 # refused, a `latest` folder found before training, and sizes beyond the machine refused before
 # anything is allocated.
 source "$(dirname "$0")/lib.sh"
-expect_error() {  # expect_error TEXT COMMAND...: the command fails, within 60 s, saying TEXT
-  local text="$1"; shift
-  local out status=0
-  out=$(timeout 60 "$@" 2>&1) || status=$?
-  [ "$status" -ne 0 ] || fail "succeeded, expected an error: $*"
-  [ "$status" -ne 124 ] || fail "hung (killed after 60 s): $*"
-  grep -qF -- "$text" <<< "$out" || fail "expected '$text' from $*; got: ${out:0:600}"
-  printf '%s' "$out"
-}
 
 # Numbers: decimal only. 010 is ten (not octal 8); 0x10 and 0x3 are refused, not read as hexadecimal.
 out=$("$remat" train "${tiny[@]}" --steps 1 --sample 0 --seed 010 2>&1) || fail "--seed 010 refused: $out"

@@ -121,6 +121,29 @@ std::vector<ParetoPoint> pareto_points(const std::vector<Strategy>& strategies, 
   return points;
 }
 
+// What both tables show of one strategy's measurement: its budget, its peak against the budget and
+// against its prediction.
+struct MeasuredCells {
+  Cell budget, budget_bytes, peak, predicted_peak, peak_error, within_budget;
+};
+MeasuredCells measured_cells(const Strategy& s, const PlanMeasurement& m) {
+  const nlohmann::json none_value;
+  const bool over = s.planner && m.activation_peak_bytes > s.budget_bytes;
+  MeasuredCells cells{Cell(s.budget_text, s.planner ? nlohmann::json(s.budget_text) : none_value),
+                      Cell("", s.planner ? nlohmann::json(s.budget_bytes) : none_value),
+                      Cell(format_bytes(m.activation_peak_bytes) + (over ? " OVER" : ""), m.activation_peak_bytes),
+                      Cell("-", none_value),
+                      Cell("-", none_value),
+                      Cell("", s.planner ? nlohmann::json(!over) : none_value)};
+  if (s.prediction) {
+    const double error = static_cast<double>(s.prediction->peak_bytes - m.activation_peak_bytes) /
+                         static_cast<double>(std::max<int64_t>(m.activation_peak_bytes, 1));
+    cells.predicted_peak = Cell(format_bytes(s.prediction->peak_bytes), s.prediction->peak_bytes);
+    cells.peak_error = Cell(percent(error), error);
+  }
+  return cells;
+}
+
 // One row per strategy, rendered to the terminal, CSV, JSON and Markdown.
 Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
   Table rows({{"strategy", "strategy"},
@@ -147,24 +170,16 @@ Table strategy_rows(const BenchResults& r, const ModelCosts& costs) {
     const double saved =
         1.0 - static_cast<double>(m.activation_peak_bytes) / static_cast<double>(none.activation_peak_bytes);
     const double overhead = paired_time_ratio(m, none) - 1.0;  // per round: drift cancels
-    const bool over = s.planner && m.activation_peak_bytes > s.budget_bytes;
-    Cell predicted_peak("-", none_value), peak_error("-", none_value), predicted_overhead("-", none_value);
+    const MeasuredCells cells = measured_cells(s, m);
+    Cell predicted_overhead("-", none_value);
     if (s.prediction) {
-      const double error = static_cast<double>(s.prediction->peak_bytes - m.activation_peak_bytes) /
-                           static_cast<double>(std::max<int64_t>(m.activation_peak_bytes, 1));
       const double fraction = remat::predicted_overhead(*s.prediction, predicted_none);
-      predicted_peak = Cell(format_bytes(s.prediction->peak_bytes), s.prediction->peak_bytes);
-      peak_error = Cell(percent(error), error);
       predicted_overhead = Cell(percent(fraction), fraction);
     }
-    rows.add_row({s.name, s.planner ? "planner" : "policy",
-                  Cell(s.budget_text, s.planner ? nlohmann::json(s.budget_text) : none_value),
-                  Cell("", s.planner ? nlohmann::json(s.budget_bytes) : none_value), s.plan.to_string(),
-                  s.plan.granularity,
-                  Cell(format_bytes(m.activation_peak_bytes) + (over ? " OVER" : ""), m.activation_peak_bytes),
-                  Cell(fixed(100.0 * saved, 1) + "%", saved), Cell(format_seconds(m.step_seconds), m.step_seconds),
-                  Cell(percent(overhead), overhead), predicted_peak, peak_error, predicted_overhead,
-                  Cell("", s.planner ? nlohmann::json(!over) : none_value),
+    rows.add_row({s.name, s.planner ? "planner" : "policy", cells.budget, cells.budget_bytes, s.plan.to_string(),
+                  s.plan.granularity, cells.peak, Cell(fixed(100.0 * saved, 1) + "%", saved),
+                  Cell(format_seconds(m.step_seconds), m.step_seconds), Cell(percent(overhead), overhead),
+                  cells.predicted_peak, cells.peak_error, predicted_overhead, cells.within_budget,
                   Cell(r.points[i].on_frontier ? "*" : "", r.points[i].on_frontier)});
   }
   return rows;
@@ -344,28 +359,18 @@ Table length_rows(const std::vector<LengthRun>& runs) {
               {"overhead_fraction", "overhead"},
               Column::data("within_budget"),
               {"planning_seconds", "planned in"}});
-  const nlohmann::json none_value;
   for (const LengthRun& run : runs) {
     const PlanMeasurement& none = run.measured.none();
     const std::string costs = run.fitted ? "fitted" : "profiled";
     for (size_t i = 0; i < run.strategies.size(); ++i) {
       const Strategy& s = run.strategies[i];
       const PlanMeasurement& m = run.measured.plans[i];
-      const bool over = s.planner && m.activation_peak_bytes > s.budget_bytes;
-      Cell predicted("-", none_value), error("-", none_value);
-      if (s.prediction) {
-        const double fraction = static_cast<double>(s.prediction->peak_bytes - m.activation_peak_bytes) /
-                                static_cast<double>(std::max<int64_t>(m.activation_peak_bytes, 1));
-        predicted = Cell(format_bytes(s.prediction->peak_bytes), s.prediction->peak_bytes);
-        error = Cell(percent(fraction), fraction);
-      }
+      const MeasuredCells cells = measured_cells(s, m);
       const double overhead = paired_time_ratio(m, none) - 1.0;
-      rows.add_row({Cell(std::to_string(run.length), run.length), s.name, costs,
-                    Cell(s.budget_text, s.planner ? nlohmann::json(s.budget_text) : none_value),
-                    Cell("", s.planner ? nlohmann::json(s.budget_bytes) : none_value),
-                    Cell(format_bytes(m.activation_peak_bytes) + (over ? " OVER" : ""), m.activation_peak_bytes),
-                    predicted, error, Cell(format_seconds(m.step_seconds), m.step_seconds),
-                    Cell(percent(overhead), overhead), Cell("", s.planner ? nlohmann::json(!over) : none_value),
+      rows.add_row({Cell(std::to_string(run.length), run.length), s.name, costs, cells.budget, cells.budget_bytes,
+                    cells.peak, cells.predicted_peak, cells.peak_error,
+                    Cell(format_seconds(m.step_seconds), m.step_seconds), Cell(percent(overhead), overhead),
+                    cells.within_budget,
                     Cell(i == 0 ? format_seconds(run.planning_seconds) : "", run.planning_seconds)});
     }
   }
