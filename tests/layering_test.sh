@@ -17,7 +17,7 @@ if [ -n "$flag_words" ]; then
 fi
 # The rooms (include/remat/<room>/ and src/<room>/, each a subsystem), bottom to top: a room
 # includes only itself and rooms below it. Written once, here; remat/remat.h includes all.
-rooms=(base internal memory checkpoint ops distributed chain planning measure autoplan)
+rooms=(base internal memory checkpoint ops distributed chain planning measure autoplan graph)
 # Which of the rooms below each one it uses, public headers and private ones alike.
 declare -A may_include=(
   [base]="base"
@@ -30,6 +30,7 @@ declare -A may_include=(
   [planning]="base memory internal checkpoint chain planning"
   [measure]="base memory internal checkpoint chain planning measure"
   [autoplan]="base memory internal checkpoint chain planning measure autoplan"
+  [graph]="base memory checkpoint planning graph"
 )
 # The table itself goes only downwards: a room allowed to include one above it would let a cycle
 # in (memory and internal once included each other).
@@ -45,9 +46,11 @@ done
 # A room's private headers (src/<room>/*.h) are its own; other rooms use its public contract
 # (remat/<room>/*.h). The exceptions: base's (the LibTorch compatibility header, JSON fields,
 # tensor text: every room's footing), and the checkpoint mechanism's RNG and recompute state, on
-# which the chain's plan executor is built.
+# which the chain's plan executor is built, and its operator interception, on which the step
+# recorder of graph is built.
 declare -A may_include_private=(
   [chain]="checkpoint"
+  [graph]="checkpoint"
 )
 room_of() {  # an include's room: remat/<room>/x.h (public) or <room>/x.h (private, under src/)
   local path=${1#remat/}

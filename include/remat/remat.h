@@ -15,6 +15,7 @@
 //               (plans run for real: time, bytes, exactness), plan_comparison.h
 //   autoplan    autoplan/make_plan.h (the one front door: profile, solve, verify, measured
 //               choice), autoplan/planned.h (a Sequential that plans itself)
+//   graph       graph/planned_step.h (any model's step recorded, planned over its graph, replayed op by op)
 //   distributed distributed/data_parallel.h
 //
 // Each room includes only the rooms above it in this list (tests/layering_test.sh); each header
@@ -47,4 +48,5 @@
 #include "remat/measure/profiler.h"
 #include "remat/autoplan/make_plan.h"
 #include "remat/autoplan/planned.h"
+#include "remat/graph/planned_step.h"
 #include "remat/distributed/data_parallel.h"

@@ -27,12 +27,7 @@ namespace {
 
 constexpr c10::DispatchKey kInterceptKey = c10::DispatchKey::Fake;
 
-// What an operator's schema and tags say about its calls, worked out once per operator.
-struct SchemaFacts {
-  bool random = false;          // draws from an RNG: tagged nondeterministic_seeded, or takes a generator
-  bool returns_alias = false;   // a result is a view of an argument or the argument itself
-  std::vector<size_t> written;  // arguments it changes in place
-};
+using SchemaFacts = OperatorFacts;
 
 // Operators that write an argument their schema does not mark as written (LibTorch 1.13's schemas
 // lack some annotations that later versions added): argument positions by operator name.
@@ -57,7 +52,7 @@ const SchemaFacts& facts_of(const c10::OperatorHandle& op) {
   const auto& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     const std::string type = arguments[i].type()->str();
-    if (type.find("Generator") != std::string::npos) facts.random = true;
+    if (type.find("Generator") != std::string::npos) facts.random = facts.takes_generator = true;
     const c10::AliasInfo* alias = arguments[i].alias_info();
     if (alias != nullptr && alias->isWrite()) facts.written.push_back(i);
   }
@@ -507,9 +502,14 @@ void replay(Interception& scope, const c10::OperatorHandle& op, c10::DispatchKey
   if (call.rng_after) call.rng_after->restore();
 }
 
+thread_local CallObserver* observer = nullptr;
+
 void intercept(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   Interception* scope = active;
-  if (scope == nullptr) return run_kernel(op, keys, stack);
+  if (scope == nullptr) {
+    if (observer != nullptr) return observer->on_call(op, keys, stack);
+    return run_kernel(op, keys, stack);
+  }
   if (scope->replay) return replay(*scope, op, keys, stack);
   record(*scope, op, keys, stack);
 }
@@ -528,10 +528,10 @@ void register_interception_once() {
     }
   });
   REMAT_CHECK(failure.empty(),
-              "selective checkpointing and CheckpointOptions::check_reads see operator calls through LibTorch's "
+              "selective checkpointing, CheckpointOptions::check_reads and step planning see operator calls through LibTorch's "
               "dispatch key Fake, but registering remat's handler for it failed (another library in this process "
               "registered one first?): ",
-              failure, ". Use checkpoints without a selective policy and without check_reads here.");
+              failure, ". Use checkpoints without a selective policy and without check_reads, and plan chains, here.");
 }
 
 void enter(Interception& scope, OperatorLog::State* log, bool replay, bool use_kept,
@@ -659,6 +659,24 @@ void HiddenFromEnclosingLog::outputs_created(const std::vector<at::Tensor>& outp
   for (const auto& t : outputs) {
     if (t.defined()) enclosing->created.insert(t.unsafeGetTensorImpl());
   }
+}
+
+const OperatorFacts& operator_facts(const c10::OperatorHandle& op) { return facts_of(op); }
+
+void CallObserver::run_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  detail::run_kernel(op, keys, stack);
+}
+
+ObservedCalls::ObservedCalls(CallObserver& observer)
+    : previous_(detail::observer), saved_keys_(c10::impl::tls_local_dispatch_key_set()) {
+  register_interception_once();
+  detail::observer = &observer;
+  set_intercepting(true);
+}
+
+ObservedCalls::~ObservedCalls() {
+  c10::impl::_force_tls_local_dispatch_key_set(saved_keys_);
+  detail::observer = previous_;
 }
 
 bool inside_selective_policy() { return inside_policy; }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include "remat/checkpoint/checkpoint.h"
@@ -98,6 +99,38 @@ class HiddenFromEnclosingLog {
 
  private:
   void* enclosing_;
+  c10::impl::LocalDispatchKeySet saved_keys_;
+};
+
+/// What an operator's schema and tags say about its calls.
+struct OperatorFacts {
+  bool random = false;          ///< draws from an RNG: tagged nondeterministic_seeded, or takes a generator
+  bool takes_generator = false; ///< has a Generator argument
+  bool returns_alias = false;   ///< a result is a view of an argument or the argument itself
+  std::vector<size_t> written;  ///< arguments it changes in place (schema, plus those 1.13's schemas omit)
+};
+const OperatorFacts& operator_facts(const c10::OperatorHandle& op);
+
+/// Sees the operator calls made on this thread while an ObservedCalls scope for it is alive, where
+/// no checkpoint's log intercepts them (a selective checkpoint inside hides its calls): the step
+/// recorder of remat/graph. on_call must run the call, through run_kernel.
+class CallObserver {
+ public:
+  virtual ~CallObserver() = default;
+  virtual void on_call(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) = 0;
+  /// Runs the call's kernel (and whatever it calls) unobserved.
+  static void run_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+};
+
+class ObservedCalls {
+ public:
+  explicit ObservedCalls(CallObserver& observer);
+  ~ObservedCalls();
+  ObservedCalls(const ObservedCalls&) = delete;
+  ObservedCalls& operator=(const ObservedCalls&) = delete;
+
+ private:
+  CallObserver* previous_;
   c10::impl::LocalDispatchKeySet saved_keys_;
 };
 

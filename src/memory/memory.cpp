@@ -52,6 +52,11 @@ class TrackingCpuAllocator final : public detail::AllocatorAcrossVersions<Tracki
     peak_ = current_;
   }
 
+  void raise_peak(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (bytes > peak_) peak_ = bytes;
+  }
+
  private:
   c10::DataPtr allocate_tracked(size_t bytes) const {
     void* data = c10::alloc_cpu(bytes);
@@ -120,6 +125,10 @@ void reset_peak_memory(c10::Device device) {
   if (device.is_cuda()) return detail::reset_cuda_peak(device);
   REMAT_CHECK(device.is_cpu(), "reset_peak_memory: device ", device, " is not supported; use CPU or CUDA.");
   TrackingCpuAllocator::instance().reset_peak();
+}
+
+void raise_peak_memory(int64_t bytes, c10::Device device) {
+  if (device.is_cpu()) TrackingCpuAllocator::instance().raise_peak(bytes);
 }
 
 double physical_memory_bytes() {

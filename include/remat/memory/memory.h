@@ -34,6 +34,9 @@ bool cpu_memory_tracker_installed();
 MemoryStats memory_stats(c10::Device device = c10::kCPU);
 /// Sets the peak of `device` to its current bytes.
 void reset_peak_memory(c10::Device device = c10::kCPU);
+/// Raises the peak of `device` to at least `bytes` (CPU; a no-op on CUDA): for code that resets the
+/// peak to measure parts of a step, so that a caller measuring around the step sees its whole peak.
+void raise_peak_memory(int64_t bytes, c10::Device device = c10::kCPU);
 /// Waits for the work queued on `device` (a CUDA device's stream); on the CPU, returns at once.
 /// Before reading a clock or the counters above around work on a GPU.
 void synchronize_device(c10::Device device);

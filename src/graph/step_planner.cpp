@@ -1,0 +1,332 @@
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <queue>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "graph/recorded_step.h"
+#include "remat/base/error.h"
+
+namespace remat::detail {
+namespace {
+
+size_t at(int64_t index) { return static_cast<size_t>(index); }
+
+// Up to this many candidates, every subset is simulated (2^14 walks, well under a second on small steps).
+constexpr size_t kExactCandidates = 14;
+
+// A value the runtime holds for replays: the newest value of a kept storage autograd saved.
+bool available(const RecordedStep& step, const StepDrops& drops, int64_t value) {
+  const int64_t s = step.values[at(value)].storage;
+  const RecordedStorage& storage = step.storages[at(s)];
+  return !storage.outside && !drops.dropped[at(s)] && !storage.saved.empty() && storage.last_value == value;
+}
+
+std::string shape_text(const std::vector<int64_t>& sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+Rebuilds rebuilds_of(const RecordedStep& step, const StepDrops& drops) {
+  Rebuilds out;
+  out.calls_of.resize(step.saved.size());
+  out.sources_of.resize(step.saved.size());
+  out.replayed.assign(step.calls.size(), false);
+  out.source.assign(step.values.size(), false);
+  std::vector<int64_t> pending;
+  std::unordered_set<int64_t> seen_values;
+  std::unordered_set<int64_t> seen_calls;
+  for (size_t e = 0; e < step.saved.size(); ++e) {
+    const SavedEntry& entry = step.saved[e];
+    if (entry.storage < 0 || !drops.dropped[at(entry.storage)]) continue;
+    seen_values.clear();
+    seen_calls.clear();
+    pending.assign(1, entry.value);
+    std::vector<int64_t>& calls = out.calls_of[e];
+    std::vector<int64_t>& sources = out.sources_of[e];
+    while (!pending.empty()) {
+      const int64_t v = pending.back();
+      pending.pop_back();
+      if (!seen_values.insert(v).second) continue;
+      if (available(step, drops, v)) {
+        sources.push_back(v);
+        continue;
+      }
+      const int64_t c = step.values[at(v)].call;
+      if (!seen_calls.insert(c).second) continue;
+      const RecordedCall& call = step.calls[at(c)];
+      if (!call.not_replayable.empty()) {
+        out.failure = "the saved " + shape_text(entry.sizes) + " tensor needs " + call.name + " (call " +
+                      std::to_string(c) + ") replayed, which " + call.not_replayable;
+        return out;
+      }
+      calls.push_back(c);
+      for (const TensorSlot& slot : call.slots) {
+        if (slot.stale) {
+          out.failure = "the saved " + shape_text(entry.sizes) + " tensor needs " + call.name + " (call " +
+                        std::to_string(c) + ") replayed, which read a tensor changed in place after it was made";
+          return out;
+        }
+        if (slot.value >= 0) pending.push_back(slot.value);
+      }
+    }
+    std::sort(calls.begin(), calls.end());
+    for (int64_t c : calls) out.replayed[at(c)] = true;
+    for (int64_t v : sources) out.source[at(v)] = true;
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> storages_done_after(const RecordedStep& step, const std::vector<int64_t>& calls) {
+  std::unordered_map<int64_t, size_t> last;  // storage made by the replay -> its last position
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const RecordedCall& call = step.calls[at(calls[k])];
+    for (const TensorSlot& result : call.results) last[step.values[at(result.value)].storage] = k;
+    for (const TensorSlot& slot : call.slots) {
+      if (slot.value < 0) continue;
+      auto found = last.find(step.values[at(slot.value)].storage);
+      if (found != last.end()) found->second = k;
+    }
+  }
+  std::vector<std::vector<int64_t>> done(calls.size());
+  for (const auto& [storage, k] : last) done[k].push_back(storage);
+  for (auto& list : done) std::sort(list.begin(), list.end());
+  return done;
+}
+
+Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t budget_bytes) {
+  Simulation sim;
+  const Rebuilds rebuilds = rebuilds_of(step, drops);
+  if (!rebuilds.failure.empty()) {
+    sim.failure = rebuilds.failure;
+    return sim;
+  }
+  sim.feasible = true;
+  const auto& storages = step.storages;
+
+  // Each interval between readings (a call; the backward between two events) peaks where the
+  // unplanned step's did, shifted by what the plan holds more or less then. What the readings miss
+  // (the backward's end) is the recorded peak over the highest of them.
+  int64_t unchecked_max = 0;
+  for (const RecordedCall& call : step.calls) unchecked_max = std::max(unchecked_max, call.peak);
+  for (const BackwardEvent& event : step.backward) unchecked_max = std::max(unchecked_max, event.peak);
+  const int64_t missed = std::max<int64_t>(0, step.measured_peak - unchecked_max);
+  int64_t peak = 0;
+  auto sample = [&](int64_t bytes) {
+    peak = std::max(peak, bytes);
+    if (bytes + missed > budget_bytes) sim.excess += static_cast<double>(bytes + missed - budget_bytes);
+  };
+
+  // Forward: a dropped storage is freed after its last read instead of being held for backward.
+  std::vector<int64_t> freed_after(step.calls.size() + 1, 0);
+  for (size_t s = 0; s < storages.size(); ++s) {
+    if (drops.dropped[s]) freed_after[at(storages[s].dies_after) + 1] += storages[s].bytes;
+  }
+  int64_t freed = 0;
+  for (size_t i = 0; i < step.calls.size(); ++i) {
+    freed += freed_after[i];
+    sample(step.calls[i].peak - freed);
+  }
+  // Backward, as the runtime serves it: a dropped entry's first unpack replays its calls and keeps
+  // the dropped values they made that entries still need until those are unpacked; kept values a
+  // replay reads are held until the last entry that may replay from them is served.
+  std::vector<int64_t> held(storages.size(), 0);  // entries autograd has not released (unplanned)
+  int64_t dropped_held = 0;                        // bytes the unplanned step holds and the plan does not
+  for (size_t s = 0; s < storages.size(); ++s) {
+    held[s] = static_cast<int64_t>(storages[s].saved.size());
+    if (drops.dropped[s] && held[s] > 0) dropped_held += storages[s].bytes;
+  }
+  std::vector<int64_t> pending_entries(storages.size(), 0);
+  for (const SavedEntry& entry : step.saved) {
+    if (entry.storage >= 0 && drops.dropped[at(entry.storage)]) ++pending_entries[at(entry.storage)];
+  }
+  std::unordered_map<int64_t, int64_t> source_uses;  // value -> dropped entries that may replay from it
+  std::vector<int64_t> sources_on(storages.size(), 0);
+  for (size_t e = 0; e < step.saved.size(); ++e) {
+    for (int64_t v : rebuilds.sources_of[e]) {
+      if (source_uses[v]++ == 0) ++sources_on[at(step.values[at(v)].storage)];
+    }
+  }
+  int64_t extra_sources = 0;  // kept storages autograd released and the runtime still holds
+  // A rebuilt storage lives while the runtime keeps it for later unpacks (cached) and while a node
+  // that unpacked it still runs (in use: from its unpack to autograd's release of the entry).
+  std::vector<bool> cached(storages.size(), false);
+  std::vector<int64_t> in_use(storages.size(), 0);
+  std::vector<bool> served(step.saved.size(), false);
+  int64_t rebuilt_bytes = 0;
+  auto change = [&](int64_t t, auto&& mutate) {
+    const bool before = cached[at(t)] || in_use[at(t)] > 0;
+    mutate();
+    const bool after = cached[at(t)] || in_use[at(t)] > 0;
+    if (before != after) rebuilt_bytes += after ? storages[at(t)].bytes : -storages[at(t)].bytes;
+  };
+  std::unordered_set<int64_t> made;
+  for (const BackwardEvent& event : step.backward) {
+    const SavedEntry& entry = step.saved[at(event.entry)];
+    const int64_t s = entry.storage;
+    sample(event.peak - dropped_held + rebuilt_bytes + extra_sources);
+    if (!event.unpack) {
+      if (s < 0) continue;
+      if (served[at(event.entry)]) change(s, [&] { --in_use[at(s)]; });
+      if (--held[at(s)] == 0) {
+        if (drops.dropped[at(s)]) dropped_held -= storages[at(s)].bytes;
+        if (sources_on[at(s)] > 0) extra_sources += storages[at(s)].bytes;
+      }
+      continue;
+    }
+    const int64_t now = event.bytes - dropped_held + rebuilt_bytes + extra_sources;
+    sample(now);
+    if (s < 0 || !drops.dropped[at(s)]) continue;
+    if (!cached[at(s)]) {
+      // The replay holds what it made until its last read there, and keeps the dropped storages
+      // that entries will still ask for.
+      const auto& calls = rebuilds.calls_of[at(event.entry)];
+      const auto done = storages_done_after(step, calls);
+      made.clear();
+      int64_t live = 0;
+      for (size_t k = 0; k < calls.size(); ++k) {
+        sim.recompute_seconds += step.calls[at(calls[k])].seconds;
+        for (const TensorSlot& result : step.calls[at(calls[k])].results) {
+          const int64_t t = step.values[at(result.value)].storage;
+          if (made.insert(t).second) live += storages[at(t)].bytes;
+        }
+        sample(now + live);
+        for (int64_t t : done[k]) {
+          if (drops.dropped[at(t)] && pending_entries[at(t)] > 0) continue;
+          live -= storages[at(t)].bytes;
+        }
+      }
+      for (int64_t t : made) {
+        if (drops.dropped[at(t)] && pending_entries[at(t)] > 0) change(t, [&] { cached[at(t)] = true; });
+      }
+    }
+    served[at(event.entry)] = true;
+    change(s, [&] {
+      ++in_use[at(s)];
+      if (--pending_entries[at(s)] == 0) cached[at(s)] = false;
+    });
+    for (int64_t v : rebuilds.sources_of[at(event.entry)]) {
+      if (--source_uses[v] > 0) continue;
+      const int64_t t = step.values[at(v)].storage;
+      if (--sources_on[at(t)] == 0 && held[at(t)] == 0) extra_sources -= storages[at(t)].bytes;
+    }
+  }
+  sim.peak = peak + missed;
+  return sim;
+}
+
+// Every subset of the candidates: the least recompute within budget (fewest drops among equals).
+static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_bytes, const std::vector<int64_t>& candidates,
+                             GraphPlanChoice choice) {
+  std::optional<Simulation> best;
+  uint32_t best_mask = 0;
+  const uint32_t subsets = 1u << candidates.size();
+  Simulation least = choice.unchecked;
+  for (uint32_t mask = 1; mask < subsets; ++mask) {
+    for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((mask >> i) & 1u) != 0;
+    const Simulation sim = simulate(step, choice.drops, budget_bytes);
+    if (!sim.feasible) continue;
+    if (sim.peak < least.peak) least = sim;
+    if (sim.peak > budget_bytes) continue;
+    const bool better = !best || sim.recompute_seconds < best->recompute_seconds ||
+                        (sim.recompute_seconds == best->recompute_seconds && __builtin_popcount(mask) < __builtin_popcount(best_mask));
+    if (better) {
+      best = sim;
+      best_mask = mask;
+    }
+  }
+  REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: of every choice among the ",
+              candidates.size(), " saved memory blocks a replay can rebuild, the lowest predicted peak is ", least.peak,
+              " bytes (the unplanned step's: ", choice.unchecked.peak, "). Give a larger budget, or a smaller batch.");
+  for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((best_mask >> i) & 1u) != 0;
+  choice.simulation = *best;
+  return choice;
+}
+
+GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes) {
+  GraphPlanChoice choice;
+  const size_t n = step.storages.size();
+  choice.drops.dropped.assign(n, false);
+  choice.unchecked = simulate(step, choice.drops, budget_bytes);
+  Simulation current = choice.unchecked;
+  if (current.peak <= budget_bytes) {
+    choice.simulation = current;
+    return choice;
+  }
+  // The candidates: storages autograd saved that a replay can rebuild when dropped alone.
+  std::vector<int64_t> candidates;
+  for (size_t s = 0; s < n; ++s) {
+    const RecordedStorage& storage = step.storages[s];
+    if (storage.outside || storage.saved.empty() || storage.writes > 0 || storage.bytes == 0) continue;
+    choice.drops.dropped[s] = true;
+    if (rebuilds_of(step, choice.drops).failure.empty()) candidates.push_back(static_cast<int64_t>(s));
+    choice.drops.dropped[s] = false;
+  }
+  choice.candidates = static_cast<int64_t>(candidates.size());
+  if (candidates.size() <= kExactCandidates) return plan_exactly(step, budget_bytes, candidates, std::move(choice));
+
+  // Lazy greedy: a drop's worth is the excess over budget it removes per second of replay it adds,
+  // scored against the plan as it was when last looked at; the best is re-scored before it is taken.
+  struct Scored {
+    double worth;
+    int64_t storage;
+    int64_t stamp;
+    bool operator<(const Scored& other) const { return worth < other.worth; }
+  };
+  auto worth_of = [&](const Simulation& sim) {
+    if (!sim.feasible || sim.excess >= current.excess) return -1.0;
+    return (current.excess - sim.excess) / std::max(sim.recompute_seconds - current.recompute_seconds, 1e-7);
+  };
+  std::priority_queue<Scored> queue;
+  int64_t stamp = 0;
+  for (int64_t s : candidates) {
+    choice.drops.dropped[at(s)] = true;
+    const double worth = worth_of(simulate(step, choice.drops, budget_bytes));
+    choice.drops.dropped[at(s)] = false;
+    if (worth > 0) queue.push({worth, s, stamp});
+  }
+  std::vector<int64_t> dropped;
+  while (current.peak > budget_bytes && !queue.empty()) {
+    Scored top = queue.top();
+    queue.pop();
+    choice.drops.dropped[at(top.storage)] = true;
+    const Simulation sim = simulate(step, choice.drops, budget_bytes);
+    const double worth = worth_of(sim);
+    if (worth <= 0) {
+      choice.drops.dropped[at(top.storage)] = false;
+      continue;
+    }
+    if (top.stamp != stamp && !queue.empty() && worth < queue.top().worth) {
+      choice.drops.dropped[at(top.storage)] = false;
+      queue.push({worth, top.storage, stamp});
+      continue;
+    }
+    dropped.push_back(top.storage);
+    current = sim;
+    ++stamp;
+  }
+
+  REMAT_CHECK(current.peak <= budget_bytes, "no plan keeps this step within ", budget_bytes,
+              " bytes: after dropping ", dropped.size(), " of the ", candidates.size(),
+              " saved memory blocks a replay can rebuild, no further drop lowers the predicted peak of ", current.peak,
+              " bytes (the unplanned step's: ", choice.unchecked.peak,
+              "). Give a larger budget, or a smaller batch.");
+  // Keep again what the budget allows, the last dropped first.
+  for (auto it = dropped.rbegin(); it != dropped.rend(); ++it) {
+    choice.drops.dropped[at(*it)] = false;
+    const Simulation sim = simulate(step, choice.drops, budget_bytes);
+    if (sim.feasible && sim.peak <= budget_bytes && sim.recompute_seconds <= current.recompute_seconds) {
+      current = sim;
+    } else {
+      choice.drops.dropped[at(*it)] = true;
+    }
+  }
+  choice.simulation = current;
+  return choice;
+}
+
+}  // namespace remat::detail
