@@ -146,8 +146,10 @@ struct StepRun final : detail::CallObserver, std::enable_shared_from_this<StepRu
       }
       value_impls[at(slot.value)] = WeakImpl(t->getIntrusivePtr());
       if (t->has_storage()) storage_impls[at(value.storage)] = t->storage().getWeakStorageImpl();
-      // Without autograd's metadata: holding the graph from a hook it owns would never free it.
-      if (plan->rebuilds.source[at(slot.value)]) sources[at(slot.value)] = t->tensor_data();
+      // Without autograd's metadata (holding the graph from a hook it owns would never free it) and
+      // with a version counter of its own: a factory's result shared with anyone else is copied
+      // into another tensor when autograd wraps it, and the program would read that one.
+      if (plan->rebuilds.source[at(slot.value)]) sources[at(slot.value)] = t->variable_data();
     }
   }
 
@@ -221,14 +223,19 @@ struct StepRun final : detail::CallObserver, std::enable_shared_from_this<StepRu
       for (const TensorSlot& slot : call.slots) {
         at::Tensor t;
         if (slot.value >= 0) {
+          // A call that writes in place writes what this replay made; anything else it would write
+          // (a kept tensor, one rebuilt for later unpacks) is copied first.
+          bool own = false;
           auto m = made.find(slot.value);
           if (m != made.end()) {
             t = m->second;
+            own = cache.count(slot.value) == 0;
           } else if (auto k = cache.find(slot.value); k != cache.end()) {
             t = k->second;
           } else {
             t = sources[at(slot.value)];
           }
+          if (slot.written && !own && t.defined()) t = at::clone(t);
           REMAT_CHECK(t.defined(), "a planned step's backward needs to rebuild a saved tensor again (",
                       call.name, ", call ", c,
                       "), after the tensors it is rebuilt from were freed: a second backward through a planned "

@@ -261,7 +261,7 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes) {
   std::vector<int64_t> candidates;
   for (size_t s = 0; s < n; ++s) {
     const RecordedStorage& storage = step.storages[s];
-    if (storage.outside || storage.saved.empty() || storage.writes > 0 || storage.bytes == 0) continue;
+    if (storage.outside || storage.saved.empty() || storage.bytes == 0) continue;
     choice.drops.dropped[s] = true;
     if (rebuilds_of(step, choice.drops).failure.empty()) candidates.push_back(static_cast<int64_t>(s));
     choice.drops.dropped[s] = false;

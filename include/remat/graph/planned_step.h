@@ -16,9 +16,10 @@
 // must return the loss; its backward must run before the next run() for the record to be complete
 // (else the next step records again). Replays run below autograd and autocast, each random call
 // under the RNG state it had in the forward, each write to a tensor from outside (BatchNorm's
-// running statistics) into a copy. Never replayed, so what they make is kept: calls that write a
-// tensor the step made in place, operators outside LibTorch's aten namespace (custom operators,
-// collectives), calls given a generator. A tensor changed in place after autograd saved it is an
+// running statistics) into a copy; a call that wrote a tensor of the step in place writes it again
+// in the replay's own copy. Never replayed, so what they make is kept: operators outside LibTorch's
+// aten namespace (custom operators, collectives), calls given a generator, and calls that read a
+// tensor through an alias another call wrote since (their replay would read it unwritten). A tensor changed in place after autograd saved it is an
 // error at backward, as in the unplanned program. A step whose calls differ from the record (another
 // operator, shape or order) runs unplanned from the first difference, with a warning; with
 // PlannedStepOptions::record_again_on_change (default) the next step is recorded and planned again.
