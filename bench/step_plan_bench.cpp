@@ -1,7 +1,8 @@
 // remat::PlannedStep (remat/graph/planned_step.h) on the reference GPT's whole training step, its
 // forward unchanged: the step recorded once per budget, planned, then unplanned and planned steps
-// interleaved; per budget the predicted and measured peaks, median step times with their spread,
-// and the time to record and plan. Gradients of the first planned step are compared bitwise with
+// interleaved with the chain planner's plan (remat::make_plan on the GPT's half-block chain) at the
+// same budget in bytes; per budget the predicted and measured peaks, median step times against the
+// unplanned step's with their spread, and the time to record and plan. Gradients of the first planned step are compared bitwise with
 // the unplanned step's from the same RNG state.
 //   remat_step_plan_bench                       reference GPT, budgets 30%,50%,70%, 21 steps
 //   remat_step_plan_bench --layers 2 --steps 5 --budgets 50%
@@ -9,14 +10,19 @@
 #include <chrono>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "remat/autoplan/make_plan.h"
 #include "remat/base/error.h"
+#include "remat/chain/plan.h"
 #include "remat/graph/planned_step.h"
 #include "remat/memory/memory.h"
 #include "remat/models/gpt.h"
+#include "remat/models/gpt_planning.h"
+#include "remat/models/gpt_policies.h"
 
 namespace {
 
@@ -77,8 +83,8 @@ int main(int argc, char** argv) try {
     }
     return out;
   };
-  std::cout << "reference GPT, " << layers << " layers, batch " << batch << ", sequence " << sequence << ", "
-            << threads << " threads\n";
+  std::cout << "reference GPT, " << layers << " layers, batch " << batch << ", sequence " << sequence << ", " << threads
+            << " threads\n";
   std::cout << std::fixed << std::setprecision(1);
   for (const std::string& budget : budgets) {
     remat::PlannedStep step(remat::Budget::parse(budget));
@@ -98,21 +104,76 @@ int main(int argc, char** argv) try {
     bool equal = true;
     for (size_t i = 0; i < planned_grads.size(); ++i) equal = equal && planned_grads[i].equal(unplanned_grads[i]);
     const remat::StepPlan& plan = step.plan();
-    std::vector<double> plain_times, planned_times;
-    int64_t plain_peak = 0, planned_peak = first.peak;
+    // The chain planner at the same bytes, on the same model and batch.
+    const remat::PlanResult chain_plan =
+        remat::make_plan(remat::PlanRequest::of_budget(remat::Budget::bytes(plan.budget_bytes)),
+                         remat::models::gpt_plan_subject(model, tokens, targets));
+    remat::models::GptChains chains(model);
+    chains.set_targets(targets);
+    auto chain_forward = [&] { return remat::run_plan(chains.of(chain_plan.plan), chain_plan.plan, tokens); };
+    // The best hand-placed per-block checkpointing that fits: of the rules that checkpoint whole
+    // blocks, the one whose measured peak fits and that recomputes the fewest blocks.
+    std::string hand_name = "none fits";
+    remat::Plan hand_plan;
+    int64_t hand_recomputed = std::numeric_limits<int64_t>::max();
+    for (const std::string policy : {"every:4", "every:3", "segments:2", "every:2", "sqrt", "segments:4", "block"}) {
+      const bool too_few =
+          policy.rfind("block", 0) != 0 && policy != "sqrt" && std::stoi(policy.substr(policy.find(':') + 1)) > layers;
+      if (too_few) continue;
+      const remat::Plan candidate = remat::models::gpt_policy_plan(policy, layers);
+      const Measured m = measure([&] { return remat::run_plan(chains.of(candidate), candidate, tokens); });
+      grads();
+      int64_t recomputed = 0;
+      for (const auto& item : candidate.items)
+        recomputed += item.is_stage() ? 0 : static_cast<int64_t>(item.segment.size());
+      if (m.peak <= plan.budget_bytes && recomputed < hand_recomputed) {
+        hand_name = policy;
+        hand_plan = candidate;
+        hand_recomputed = recomputed;
+      }
+    }
+    auto hand_forward = [&] { return remat::run_plan(chains.of(hand_plan), hand_plan, tokens); };
+    std::vector<double> plain_times, planned_times, chain_times, hand_times;
+    int64_t plain_peak = 0, planned_peak = first.peak, chain_peak = 0;
     for (int i = 0; i < steps; ++i) {
       const Measured a = measure(forward);
       const Measured b = measure([&] { return step.run(forward); });
+      const Measured c = measure(chain_forward);
+      if (hand_name != "none fits") hand_times.push_back(measure(hand_forward).seconds);
       plain_times.push_back(a.seconds);
       planned_times.push_back(b.seconds);
+      chain_times.push_back(c.seconds);
       plain_peak = std::max(plain_peak, a.peak);
       planned_peak = std::max(planned_peak, b.peak);
+      chain_peak = std::max(chain_peak, c.peak);
       grads();
     }
-    std::vector<double> ratios;
-    for (int i = 0; i < steps; ++i) ratios.push_back(planned_times[i] / plain_times[i]);
+    std::vector<double> ratios, chain_ratios, versus_chain;
+    for (int i = 0; i < steps; ++i) {
+      ratios.push_back(planned_times[i] / plain_times[i]);
+      chain_ratios.push_back(chain_times[i] / plain_times[i]);
+      versus_chain.push_back(planned_times[i] / chain_times[i]);
+    }
     std::sort(ratios.begin(), ratios.end());
+    std::sort(chain_ratios.begin(), chain_ratios.end());
+    std::sort(versus_chain.begin(), versus_chain.end());
     std::cout << plan.to_string();
+    if (!hand_times.empty()) {
+      std::vector<double> versus_hand;
+      for (int i = 0; i < steps; ++i) versus_hand.push_back(planned_times[i] / hand_times[i]);
+      std::sort(versus_hand.begin(), versus_hand.end());
+      std::cout << "  best fitting per-block rule " << hand_name << ": step " << median(hand_times) * 1e3
+                << " ms; graph plan / it " << std::setprecision(3) << versus_hand[versus_hand.size() / 2] << " (spread "
+                << versus_hand.front() << "-" << versus_hand.back() << ")" << std::setprecision(1) << "\n";
+    } else {
+      std::cout << "  no per-block rule fits the budget\n";
+    }
+    std::cout << "  chain planner at the same bytes: " << chain_plan.plan.to_string() << ": peak "
+              << remat::mebibytes(chain_peak) << " MiB, step " << median(chain_times) * 1e3 << " ms (ratio "
+              << std::setprecision(3) << chain_ratios[chain_ratios.size() / 2] << ", spread " << chain_ratios.front()
+              << "-" << chain_ratios.back() << "); graph plan / chain plan " << versus_chain[versus_chain.size() / 2]
+              << " (spread " << versus_chain.front() << "-" << versus_chain.back() << ")" << std::setprecision(1)
+              << "\n";
     std::cout << "budget " << budget << ": peak " << remat::mebibytes(planned_peak) << " MiB (budget "
               << remat::mebibytes(plan.budget_bytes) << ", predicted " << remat::mebibytes(plan.predicted_peak_bytes)
               << ", unplanned " << remat::mebibytes(plain_peak) << "), "

@@ -15,14 +15,15 @@ sanitizers="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-om
 cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$sanitizers" \
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
   -DREMAT_BUILD_TOOLS=OFF -DREMAT_BUILD_BENCHMARKS=OFF > /dev/null
-cmake --build build-sanitize -j "$(nproc)" --target remat_checkpoint_tests remat_checkpoint_example remat_plan_your_model
+cmake --build build-sanitize -j "$(nproc)" --target remat_checkpoint_tests remat_checkpoint_example remat_plan_your_model remat_unet \
+  remat_encoder_decoder
 echo "sanitize: built in $((SECONDS - start)) s"
 # LibTorch's own registries live as long as the process: leaks are not what this looks for.
 export ASAN_OPTIONS=detect_stack_use_after_return=1:detect_leaks=0:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export REMAT_THREAD_WARNING=0
 build-sanitize/tests/remat_checkpoint_tests --gtest_filter="${REMAT_SANITIZE_TESTS:-*}" --gtest_brief=1
-for example in checkpoint_example plan_your_model; do
+for example in checkpoint_example plan_your_model unet encoder_decoder; do
   echo "sanitize: remat_$example"
   # shellcheck disable=SC2086
   build-sanitize/examples/remat_$example > build-sanitize/example.log 2>&1 || { tail -60 build-sanitize/example.log; exit 1; }

@@ -44,8 +44,8 @@ struct Gradients {
   int64_t peak = 0;  // forward and backward, above the bytes before
 };
 
-Gradients step_of(SkipNet& net, const at::Tensor& x, const std::function<at::Tensor(const std::function<at::Tensor()>&)>& run,
-                  uint64_t seed) {
+Gradients step_of(SkipNet& net, const at::Tensor& x,
+                  const std::function<at::Tensor(const std::function<at::Tensor()>&)>& run, uint64_t seed) {
   net->zero_grad();
   torch::manual_seed(seed);
   remat::reset_peak_memory();
@@ -66,7 +66,8 @@ void expect_equal(const Gradients& a, const Gradients& b) {
   EXPECT_TRUE(bitwise_equal(a.loss, b.loss));
   ASSERT_EQ(a.grads.size(), b.grads.size());
   for (size_t i = 0; i < a.grads.size(); ++i) EXPECT_TRUE(bitwise_equal(a.grads[i], b.grads[i])) << "gradient " << i;
-  for (size_t i = 0; i < a.buffers.size(); ++i) EXPECT_TRUE(bitwise_equal(a.buffers[i], b.buffers[i])) << "buffer " << i;
+  for (size_t i = 0; i < a.buffers.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(a.buffers[i], b.buffers[i])) << "buffer " << i;
 }
 
 }  // namespace
@@ -87,8 +88,8 @@ TEST(PlannedStep, GradientsAndStatisticsEqualTheUnplannedStepsAndPeaksStayWithin
     remat::PlannedStep step("80%");
     for (uint64_t seed = 1; seed <= 4; ++seed) {
       const Gradients expected = step_of(reference, x, plain, seed);
-      const Gradients got =
-          step_of(planned, x, [&](const std::function<at::Tensor()>& forward) { return step.run(forward); }, seed);
+      const Gradients got = step_of(
+          planned, x, [&](const std::function<at::Tensor()>& forward) { return step.run(forward); }, seed);
       expect_equal(expected, got);
       EXPECT_EQ(step.last_run_recorded(), seed == 1);
       EXPECT_FALSE(step.last_run_differed());
@@ -152,7 +153,10 @@ TEST(PlannedStep, ATensorChangedInPlaceAfterItWasSavedIsRefusedAsTheUnplannedSte
   {
     std::vector<at::Tensor> hidden;
     at::Tensor loss = net.forward(x, &hidden);
-    { torch::NoGradGuard no_grad; hidden[2].add_(1); }
+    {
+      torch::NoGradGuard no_grad;
+      hidden[2].add_(1);
+    }
     REMAT_EXPECT_ERROR(loss.backward(), "modified by an inplace operation");
   }
   remat::PlannedStep step = planned_chain(net, x);
@@ -160,14 +164,20 @@ TEST(PlannedStep, ATensorChangedInPlaceAfterItWasSavedIsRefusedAsTheUnplannedSte
     std::vector<at::Tensor> hidden;
     at::Tensor loss = step.run([&] { return net.forward(x, &hidden); });
     EXPECT_FALSE(step.last_run_recorded());
-    { torch::NoGradGuard no_grad; hidden[changed].add_(1); }
+    {
+      torch::NoGradGuard no_grad;
+      hidden[changed].add_(1);
+    }
     REMAT_EXPECT_ERROR(loss.backward(), "has been modified by an inplace operation");
   }
   remat::PlannedStep recording("70%");
   std::vector<at::Tensor> hidden;
   at::Tensor loss = recording.run([&] { return net.forward(x, &hidden); });
   EXPECT_TRUE(recording.last_run_recorded());
-  { torch::NoGradGuard no_grad; hidden[3].add_(1); }
+  {
+    torch::NoGradGuard no_grad;
+    hidden[3].add_(1);
+  }
   REMAT_EXPECT_ERROR(loss.backward(), "has been modified by an inplace operation");
 }
 
@@ -234,8 +244,8 @@ TEST(PlannedStep, GradientsThroughAutogradGradAndAroundAUsersCheckpointEqualTheU
   const at::Tensor x = torch::randn({256, 64});
   auto forward = [&] {
     at::Tensor h = net.forward(x) * 0 + torch::mm(x, net.weights[0]).tanh().sum();
-    const at::Tensor middle = remat::checkpoint([&](const at::Tensor& in) { return torch::mm(in, net.weights[1]).relu(); },
-                                                torch::mm(x, net.weights[2]));
+    const at::Tensor middle = remat::checkpoint(
+        [&](const at::Tensor& in) { return torch::mm(in, net.weights[1]).relu(); }, torch::mm(x, net.weights[2]));
     return h + middle.sin().sum();
   };
   const auto expected = torch::autograd::grad({forward()}, net.weights);

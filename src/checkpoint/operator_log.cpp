@@ -527,11 +527,12 @@ void register_interception_once() {
       failure = failure.substr(0, failure.find('\n'));
     }
   });
-  REMAT_CHECK(failure.empty(),
-              "selective checkpointing, CheckpointOptions::check_reads and step planning see operator calls through LibTorch's "
-              "dispatch key Fake, but registering remat's handler for it failed (another library in this process "
-              "registered one first?): ",
-              failure, ". Use checkpoints without a selective policy and without check_reads, and plan chains, here.");
+  REMAT_CHECK(
+      failure.empty(),
+      "selective checkpointing, CheckpointOptions::check_reads and step planning see operator calls through LibTorch's "
+      "dispatch key Fake, but registering remat's handler for it failed (another library in this process "
+      "registered one first?): ",
+      failure, ". Use checkpoints without a selective policy and without check_reads, and plan chains, here.");
 }
 
 void enter(Interception& scope, OperatorLog::State* log, bool replay, bool use_kept,

@@ -104,10 +104,10 @@ class HiddenFromEnclosingLog {
 
 /// What an operator's schema and tags say about its calls.
 struct OperatorFacts {
-  bool random = false;          ///< draws from an RNG: tagged nondeterministic_seeded, or takes a generator
-  bool takes_generator = false; ///< has a Generator argument
-  bool returns_alias = false;   ///< a result is a view of an argument or the argument itself
-  std::vector<size_t> written;  ///< arguments it changes in place (schema, plus those 1.13's schemas omit)
+  bool random = false;           ///< draws from an RNG: tagged nondeterministic_seeded, or takes a generator
+  bool takes_generator = false;  ///< has a Generator argument
+  bool returns_alias = false;    ///< a result is a view of an argument or the argument itself
+  std::vector<size_t> written;   ///< arguments it changes in place (schema, plus those 1.13's schemas omit)
 };
 const OperatorFacts& operator_facts(const c10::OperatorHandle& op);
 

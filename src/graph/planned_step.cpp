@@ -73,8 +73,8 @@ struct StepRun final : detail::CallObserver, std::enable_shared_from_this<StepRu
   using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
   std::vector<std::optional<WeakImpl>> value_impls;
   std::vector<std::optional<c10::weak_intrusive_ptr<c10::StorageImpl>>> storage_impls;
-  std::vector<at::Tensor> sources;                     // per value: held for replays
-  std::vector<std::vector<at::Tensor>> outside;        // per replayed call: its tensors from outside, by slot
+  std::vector<at::Tensor> sources;               // per value: held for replays
+  std::vector<std::vector<at::Tensor>> outside;  // per replayed call: its tensors from outside, by slot
   std::vector<std::vector<uint32_t>> outside_versions;
   std::vector<std::optional<detail::RngSnapshot>> rng_before;
   // Backward.
@@ -236,8 +236,8 @@ struct StepRun final : detail::CallObserver, std::enable_shared_from_this<StepRu
             t = sources[at(slot.value)];
           }
           if (slot.written && !own && t.defined()) t = at::clone(t);
-          REMAT_CHECK(t.defined(), "a planned step's backward needs to rebuild a saved tensor again (",
-                      call.name, ", call ", c,
+          REMAT_CHECK(t.defined(), "a planned step's backward needs to rebuild a saved tensor again (", call.name,
+                      ", call ", c,
                       "), after the tensors it is rebuilt from were freed: a second backward through a planned "
                       "step is not supported; run the step again for each backward.");
         } else {
@@ -276,8 +276,7 @@ struct StepRun final : detail::CallObserver, std::enable_shared_from_this<StepRu
       }
       for (const TensorSlot& slot : call.results) {
         const at::Tensor* t = detail::slot_tensor(stack, slot, scratch);
-        REMAT_CHECK(t != nullptr && t->defined() &&
-                        t->sizes() == c10::IntArrayRef(step.values[at(slot.value)].sizes),
+        REMAT_CHECK(t != nullptr && t->defined() && t->sizes() == c10::IntArrayRef(step.values[at(slot.value)].sizes),
                     "remat: a planned step's backward replayed ", call.name, " (call ", c,
                     ") and it made a tensor of another shape than in the forward: the operator is not a pure "
                     "function of its arguments.");
@@ -287,6 +286,7 @@ struct StepRun final : detail::CallObserver, std::enable_shared_from_this<StepRu
         // keeps its recompute's saved tensors.
         const int64_t s = step.values[at(slot.value)].storage;
         if (!plan->drops.dropped[at(s)] || pending_entries[at(s)] == 0) continue;
+        if (!plan->drops.keep_rebuilt && slot.value != target_value) continue;
         for (int64_t e : step.storages[at(s)].saved) {
           if (step.saved[at(e)].value == slot.value) {
             cache[slot.value] = *t;
@@ -390,8 +390,8 @@ std::string StepPlan::to_string() const {
   out << "step plan: budget " << mib(budget_bytes) << " (unplanned peak " << mib(unchecked_peak_bytes)
       << "), predicted peak " << mib(predicted_peak_bytes) << ", recompute " << predicted_recompute_seconds * 1e3
       << " ms\n"
-      << "  " << calls << " operator calls, " << saved_tensors << " saved tensors in " << storages
-      << " memory blocks (" << candidates << " can be rebuilt); dropped " << dropped << " (" << mib(dropped_bytes)
+      << "  " << calls << " operator calls, " << saved_tensors << " saved tensors in " << storages << " memory blocks ("
+      << candidates << " can be rebuilt); dropped " << dropped << " (" << mib(dropped_bytes)
       << "), rebuilt by replaying " << replayed_calls << " calls; planned in " << plan_seconds * 1e3 << " ms\n";
   return out.str();
 }

@@ -54,12 +54,12 @@ struct RecordedValue {
 };
 
 struct RecordedStorage {
-  int64_t bytes = 0;      // 0 for memory from outside the step (a view of a parameter)
-  bool outside = false;   // the memory is not the step's (a view of a tensor from outside)
-  int64_t writes = 0;     // in-place writes by the step's calls
-  int64_t last_value = 0; // its newest value
-  int64_t dies_after = 0; // the last call before the program dropped its last tensor on it: where
-                          // the forward frees it when autograd does not save it
+  int64_t bytes = 0;           // 0 for memory from outside the step (a view of a parameter)
+  bool outside = false;        // the memory is not the step's (a view of a tensor from outside)
+  int64_t writes = 0;          // in-place writes by the step's calls
+  int64_t last_value = 0;      // its newest value
+  int64_t dies_after = 0;      // the last call before the program dropped its last tensor on it: where
+                               // the forward frees it when autograd does not save it
   std::vector<int64_t> saved;  // the saved entries on it
 };
 
@@ -85,8 +85,9 @@ struct RecordedStep {
   std::vector<SavedEntry> saved;
   std::vector<BackwardEvent> backward;
   c10::Device device = c10::kCPU;
-  int64_t measured_peak = 0;  // above the bytes before the forward, forward and backward
-  int64_t released = 0;       // entries autograd released: the backward is complete at saved.size()
+  int64_t measured_peak = 0;    // above the bytes before the forward, forward and backward
+  int64_t released = 0;         // entries autograd released: the backward is complete at saved.size()
+  int64_t rng_state_bytes = 0;  // what saving the RNG's state for a replayed random call holds
   double forward_seconds = 0;
   double step_seconds = 0;  // forward start to the last release
 
@@ -96,6 +97,9 @@ struct RecordedStep {
 // Which storages a plan drops, and what follows from it for running it.
 struct StepDrops {
   std::vector<bool> dropped;  // per storage
+  // A replay keeps every dropped tensor it rebuilt that a later unpack asks for (a segment's
+  // recompute, once), or only the one asked for (later unpacks replay again: less memory, more time).
+  bool keep_rebuilt = true;
 };
 
 // Per dropped entry, what rebuilding it replays, derived from a plan.
@@ -123,7 +127,8 @@ struct Simulation {
 };
 
 // Walks the recorded forward and backward under `drops` as the runtime would run them.
-Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t budget_bytes = std::numeric_limits<int64_t>::max());
+Simulation simulate(const RecordedStep& step, const StepDrops& drops,
+                    int64_t budget_bytes = std::numeric_limits<int64_t>::max());
 
 struct GraphPlanChoice {
   StepDrops drops;
@@ -132,9 +137,9 @@ struct GraphPlanChoice {
   int64_t candidates = 0;  // storages that may be dropped
 };
 
-// Drops storages until the predicted peak is at most `budget_bytes`, each time the one that brings
-// the walk closest to the budget per second of replay (lazily re-scored), then keeps again what the
-// budget allows. Throws when no further drop helps and the peak is still over budget.
+// The plan of least predicted recompute time whose predicted peak is at most `budget_bytes`: every
+// subset of the droppable storages when they are few, else the better of two greedy searches (from
+// keeping all, and from dropping all). Throws, with the lowest peak found, when none fits.
 GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes);
 
 }  // namespace remat::detail

@@ -13,8 +13,8 @@ namespace {
 
 size_t at(int64_t index) { return static_cast<size_t>(index); }
 
-// Up to this many candidates, every subset is simulated (2^14 walks, well under a second on small steps).
-constexpr size_t kExactCandidates = 14;
+// Up to this many candidates, every subset is simulated (2 x 2^13 walks, well under a second on small steps).
+constexpr size_t kExactCandidates = 13;
 
 // A value the runtime holds for replays: the newest value of a kept storage autograd saved.
 bool available(const RecordedStep& step, const StepDrops& drops, int64_t value) {
@@ -126,16 +126,19 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
   for (size_t s = 0; s < storages.size(); ++s) {
     if (drops.dropped[s]) freed_after[at(storages[s].dies_after) + 1] += storages[s].bytes;
   }
+  // The runtime saves the RNG's state before each random call a replay may run, until the step ends.
   int64_t freed = 0;
+  int64_t rng_states = 0;
   for (size_t i = 0; i < step.calls.size(); ++i) {
     freed += freed_after[i];
-    sample(step.calls[i].peak - freed);
+    if (rebuilds.replayed[i] && step.calls[i].random) rng_states += step.rng_state_bytes;
+    sample(step.calls[i].peak - freed + rng_states);
   }
   // Backward, as the runtime serves it: a dropped entry's first unpack replays its calls and keeps
   // the dropped values they made that entries still need until those are unpacked; kept values a
   // replay reads are held until the last entry that may replay from them is served.
   std::vector<int64_t> held(storages.size(), 0);  // entries autograd has not released (unplanned)
-  int64_t dropped_held = 0;                        // bytes the unplanned step holds and the plan does not
+  int64_t dropped_held = 0;                       // bytes the unplanned step holds and the plan does not
   for (size_t s = 0; s < storages.size(); ++s) {
     held[s] = static_cast<int64_t>(storages[s].saved.size());
     if (drops.dropped[s] && held[s] > 0) dropped_held += storages[s].bytes;
@@ -168,7 +171,7 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
   for (const BackwardEvent& event : step.backward) {
     const SavedEntry& entry = step.saved[at(event.entry)];
     const int64_t s = entry.storage;
-    sample(event.peak - dropped_held + rebuilt_bytes + extra_sources);
+    sample(event.peak - dropped_held + rebuilt_bytes + extra_sources + rng_states);
     if (!event.unpack) {
       if (s < 0) continue;
       if (served[at(event.entry)]) change(s, [&] { --in_use[at(s)]; });
@@ -178,7 +181,7 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
       }
       continue;
     }
-    const int64_t now = event.bytes - dropped_held + rebuilt_bytes + extra_sources;
+    const int64_t now = event.bytes - dropped_held + rebuilt_bytes + extra_sources + rng_states;
     sample(now);
     if (s < 0 || !drops.dropped[at(s)]) continue;
     if (!cached[at(s)]) {
@@ -196,11 +199,12 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
         }
         sample(now + live);
         for (int64_t t : done[k]) {
-          if (drops.dropped[at(t)] && pending_entries[at(t)] > 0) continue;
+          if (t == s || (drops.keep_rebuilt && drops.dropped[at(t)] && pending_entries[at(t)] > 0)) continue;
           live -= storages[at(t)].bytes;
         }
       }
       for (int64_t t : made) {
+        if (!drops.keep_rebuilt && t != s) continue;
         if (drops.dropped[at(t)] && pending_entries[at(t)] > 0) change(t, [&] { cached[at(t)] = true; });
       }
     }
@@ -220,29 +224,77 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
 }
 
 // Every subset of the candidates: the least recompute within budget (fewest drops among equals).
-static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_bytes, const std::vector<int64_t>& candidates,
-                             GraphPlanChoice choice) {
+// Lazy greedy over `movable` storages, each set to `to` (dropped or kept) at most once: repeatedly
+// the move `worth` rates highest against the plan as it is (stale ratings re-checked before a move
+// is taken), while some move has a positive worth. Returns the final plan's simulation.
+template <typename Worth>
+Simulation toggle_greedily(const RecordedStep& step, int64_t budget_bytes, StepDrops& drops,
+                           const std::vector<int64_t>& movable, bool to, Simulation current, Worth worth) {
+  struct Scored {
+    double worth;
+    int64_t storage;
+    int64_t stamp;
+    bool operator<(const Scored& other) const { return worth < other.worth; }
+  };
+  std::priority_queue<Scored> queue;
+  int64_t stamp = 0;
+  auto rate = [&](int64_t s) {
+    drops.dropped[at(s)] = to;
+    const Simulation sim = simulate(step, drops, budget_bytes);
+    drops.dropped[at(s)] = !to;
+    return std::make_pair(worth(current, sim), sim);
+  };
+  for (int64_t s : movable) {
+    if (drops.dropped[at(s)] == to) continue;
+    const double w = rate(s).first;
+    if (w > 0) queue.push({w, s, stamp});
+  }
+  while (!queue.empty()) {
+    const Scored top = queue.top();
+    queue.pop();
+    const auto [w, sim] = rate(top.storage);
+    if (w <= 0) continue;
+    if (top.stamp != stamp && !queue.empty() && w < queue.top().worth) {
+      queue.push({w, top.storage, stamp});
+      continue;
+    }
+    drops.dropped[at(top.storage)] = to;
+    current = sim;
+    ++stamp;
+  }
+  return current;
+}
+
+static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_bytes,
+                                    const std::vector<int64_t>& candidates, GraphPlanChoice choice) {
   std::optional<Simulation> best;
   uint32_t best_mask = 0;
+  bool best_keeps = true;
   const uint32_t subsets = 1u << candidates.size();
   Simulation least = choice.unchecked;
-  for (uint32_t mask = 1; mask < subsets; ++mask) {
-    for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((mask >> i) & 1u) != 0;
-    const Simulation sim = simulate(step, choice.drops, budget_bytes);
-    if (!sim.feasible) continue;
-    if (sim.peak < least.peak) least = sim;
-    if (sim.peak > budget_bytes) continue;
-    const bool better = !best || sim.recompute_seconds < best->recompute_seconds ||
-                        (sim.recompute_seconds == best->recompute_seconds && __builtin_popcount(mask) < __builtin_popcount(best_mask));
-    if (better) {
-      best = sim;
-      best_mask = mask;
+  for (bool keep_rebuilt : {true, false}) {
+    choice.drops.keep_rebuilt = keep_rebuilt;
+    for (uint32_t mask = 1; mask < subsets; ++mask) {
+      for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((mask >> i) & 1u) != 0;
+      const Simulation sim = simulate(step, choice.drops, budget_bytes);
+      if (!sim.feasible) continue;
+      if (sim.peak < least.peak) least = sim;
+      if (sim.peak > budget_bytes) continue;
+      const bool better = !best || sim.recompute_seconds < best->recompute_seconds ||
+                          (sim.recompute_seconds == best->recompute_seconds &&
+                           __builtin_popcount(mask) < __builtin_popcount(best_mask));
+      if (better) {
+        best = sim;
+        best_mask = mask;
+        best_keeps = keep_rebuilt;
+      }
     }
   }
   REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: of every choice among the ",
               candidates.size(), " saved memory blocks a replay can rebuild, the lowest predicted peak is ", least.peak,
               " bytes (the unplanned step's: ", choice.unchecked.peak, "). Give a larger budget, or a smaller batch.");
   for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((best_mask >> i) & 1u) != 0;
+  choice.drops.keep_rebuilt = best_keeps;
   choice.simulation = *best;
   return choice;
 }
@@ -269,63 +321,66 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes) {
   choice.candidates = static_cast<int64_t>(candidates.size());
   if (candidates.size() <= kExactCandidates) return plan_exactly(step, budget_bytes, candidates, std::move(choice));
 
-  // Lazy greedy: a drop's worth is the excess over budget it removes per second of replay it adds,
-  // scored against the plan as it was when last looked at; the best is re-scored before it is taken.
-  struct Scored {
-    double worth;
-    int64_t storage;
-    int64_t stamp;
-    bool operator<(const Scored& other) const { return worth < other.worth; }
-  };
-  auto worth_of = [&](const Simulation& sim) {
-    if (!sim.feasible || sim.excess >= current.excess) return -1.0;
-    return (current.excess - sim.excess) / std::max(sim.recompute_seconds - current.recompute_seconds, 1e-7);
-  };
-  std::priority_queue<Scored> queue;
-  int64_t stamp = 0;
-  for (int64_t s : candidates) {
-    choice.drops.dropped[at(s)] = true;
-    const double worth = worth_of(simulate(step, choice.drops, budget_bytes));
-    choice.drops.dropped[at(s)] = false;
-    if (worth > 0) queue.push({worth, s, stamp});
-  }
-  std::vector<int64_t> dropped;
-  while (current.peak > budget_bytes && !queue.empty()) {
-    Scored top = queue.top();
-    queue.pop();
-    choice.drops.dropped[at(top.storage)] = true;
-    const Simulation sim = simulate(step, choice.drops, budget_bytes);
-    const double worth = worth_of(sim);
-    if (worth <= 0) {
-      choice.drops.dropped[at(top.storage)] = false;
-      continue;
+  // Greedy searches, under either replay policy (StepDrops::keep_rebuilt), the fastest plan that
+  // fits taken. From keeping everything, drop what removes the most excess over budget per second of
+  // replay; from dropping everything, keep again what removes the most excess (the kept storages
+  // become the boundaries replays start from, as segments' inputs in a chain). Each then keeps
+  // again what saves replay time within the budget.
+  auto fits_then_faster = [&](const Simulation& now, const Simulation& sim, bool time_first) {
+    if (!sim.feasible) return -1.0;
+    if (now.peak > budget_bytes) {
+      if (sim.excess >= now.excess) return -1.0;
+      const double added = sim.recompute_seconds - now.recompute_seconds;
+      return time_first ? (now.excess - sim.excess) / std::max(added, 1e-7) : now.excess - sim.excess;
     }
-    if (top.stamp != stamp && !queue.empty() && worth < queue.top().worth) {
-      choice.drops.dropped[at(top.storage)] = false;
-      queue.push({worth, top.storage, stamp});
-      continue;
-    }
-    dropped.push_back(top.storage);
-    current = sim;
-    ++stamp;
-  }
-
-  REMAT_CHECK(current.peak <= budget_bytes, "no plan keeps this step within ", budget_bytes,
-              " bytes: after dropping ", dropped.size(), " of the ", candidates.size(),
-              " saved memory blocks a replay can rebuild, no further drop lowers the predicted peak of ", current.peak,
-              " bytes (the unplanned step's: ", choice.unchecked.peak,
-              "). Give a larger budget, or a smaller batch.");
-  // Keep again what the budget allows, the last dropped first.
-  for (auto it = dropped.rbegin(); it != dropped.rend(); ++it) {
-    choice.drops.dropped[at(*it)] = false;
-    const Simulation sim = simulate(step, choice.drops, budget_bytes);
-    if (sim.feasible && sim.peak <= budget_bytes && sim.recompute_seconds <= current.recompute_seconds) {
-      current = sim;
+    if (sim.peak > budget_bytes || sim.recompute_seconds >= now.recompute_seconds) return -1.0;
+    return now.recompute_seconds - sim.recompute_seconds;
+  };
+  std::optional<std::pair<StepDrops, Simulation>> best;
+  auto consider = [&](const StepDrops& drops, const Simulation& sim) {
+    if (!sim.feasible || sim.peak > budget_bytes) return;
+    if (!best || sim.recompute_seconds < best->second.recompute_seconds) best.emplace(drops, sim);
+  };
+  Simulation least = current;
+  auto search = [&](StepDrops drops, bool from_all_dropped) {
+    Simulation sim;
+    if (from_all_dropped) {
+      for (int64_t c : candidates) drops.dropped[at(c)] = true;
+      sim = simulate(step, drops, budget_bytes);
+      if (!sim.feasible) return;
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim,
+                            [&](const Simulation& now, const Simulation& next) {
+                              return fits_then_faster(now, next, /*time_first=*/false);
+                            });
     } else {
-      choice.drops.dropped[at(*it)] = true;
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/true, simulate(step, drops, budget_bytes),
+                            [&](const Simulation& now, const Simulation& next) {
+                              return fits_then_faster(now, next, /*time_first=*/true);
+                            });
+    }
+    if (sim.peak <= budget_bytes) {
+      sim = toggle_greedily(
+          step, budget_bytes, drops, candidates, /*to=*/false, sim,
+          [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, true); });
+    }
+    if (sim.peak < least.peak) least = sim;
+    consider(drops, sim);
+  };
+  // From keeping all first (fast: few replays to walk); from dropping all only where that fails.
+  for (bool from_all_dropped : {false, true}) {
+    if (from_all_dropped && best) break;
+    for (bool keep_rebuilt : {true, false}) {
+      StepDrops drops = choice.drops;
+      drops.keep_rebuilt = keep_rebuilt;
+      search(drops, from_all_dropped);
     }
   }
-  choice.simulation = current;
+  REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: the lowest predicted peak ",
+              "the planner found, among the ", candidates.size(), " saved memory blocks a replay can rebuild, is ",
+              least.peak, " bytes (the unplanned step's: ", choice.unchecked.peak,
+              "). Give a larger budget, or a smaller batch.");
+  choice.drops = best->first;
+  choice.simulation = best->second;
   return choice;
 }
 

@@ -41,8 +41,7 @@ const at::Tensor* slot_tensor(c10::ArrayRef<c10::IValue> values, const TensorSlo
   return nullptr;
 }
 
-void version_check(const c10::VariableVersion& counter, uint32_t version, const SavedEntry& entry,
-                   const char* where) {
+void version_check(const c10::VariableVersion& counter, uint32_t version, const SavedEntry& entry, const char* where) {
   if (!counter.enabled() || counter.current_version() == version) return;
   std::string shape = "[";
   for (size_t i = 0; i < entry.sizes.size(); ++i) shape += (i ? ", " : "") + std::to_string(entry.sizes[i]);
@@ -58,9 +57,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // What the recorder saw of the step so far, while its forward runs.
 struct Recorder final : CallObserver {
@@ -261,8 +258,7 @@ struct Recorder final : CallObserver {
 
 // The record step's hooks: keep every saved tensor (the step runs unplanned) and log the backward.
 struct RecordingHooks final : SavedTensorHooks {
-  RecordingHooks(std::shared_ptr<RecordedStep> step, Recorder* recorder, int64_t bytes_before,
-                 Clock::time_point start)
+  RecordingHooks(std::shared_ptr<RecordedStep> step, Recorder* recorder, int64_t bytes_before, Clock::time_point start)
       : SavedTensorHooks("a step remat records for planning"),
         step_(std::move(step)),
         recorder_(recorder),
@@ -334,6 +330,8 @@ at::Tensor record_step(const std::function<at::Tensor()>& forward, std::shared_p
     recorder.forward_ended();
   }
   step->forward_seconds = seconds_since(start);
+  for (const at::Tensor& state : RngSnapshot::capture({}).tensors())
+    step->rng_state_bytes += static_cast<int64_t>(state.nbytes());
   REMAT_CHECK(!recorder.device_known || recorder.seen_device.type() == device.type(), "the step's tensors are on ",
               recorder.seen_device, " but a planned step measures memory on ", device,
               ": set PlannedStepOptions::device to the device the model runs on.");
