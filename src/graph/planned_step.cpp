@@ -418,7 +418,7 @@ at::Tensor PlannedStep::run(const std::function<at::Tensor()>& forward) {
   if (s.record_next || !s.run_plan) {
     s.last_recorded = true;
     s.record_next = true;
-    return detail::record_step(forward, s.record, c10::kCPU);
+    return detail::record_step(forward, s.record, s.options.device());
   }
   s.last_recorded = false;
   auto run = std::make_shared<StepRun>(s.run_plan);

@@ -23,8 +23,8 @@
 // error at backward, as in the unplanned program. A step whose calls differ from the record (another
 // operator, shape or order) runs unplanned from the first difference, with a warning; with
 // PlannedStepOptions::record_again_on_change (default) the next step is recorded and planned again.
-// Peak bytes are the allocator's (CPU: remat's tracker, installed by the constructor; CUDA: the
-// caching allocator's), above those held before the forward.
+// Peak bytes are the allocator's of PlannedStepOptions::device (CPU: remat's tracker, installed by
+// the constructor; CUDA: the caching allocator's), above those held before the forward.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +33,7 @@
 #include <string>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/arg.h>
 
 #include "remat/planning/budget.h"
@@ -63,6 +64,8 @@ struct PlannedStepOptions {
   /// After a step that differed from the record: record the next step and plan again (true), or
   /// keep the plan (false; each differing step runs unplanned from its first difference).
   TORCH_ARG(bool, record_again_on_change) = true;
+  /// Where the step's tensors live: the allocator whose bytes the record measures.
+  TORCH_ARG(c10::Device, device) = c10::kCPU;
 };
 
 class PlannedStep {
