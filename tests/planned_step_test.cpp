@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "graph/recorded_step.h"
+#include "graph/step_recorder.h"
 #include "remat/checkpoint/checkpoint.h"
 #include "remat/graph/planned_step.h"
 #include "remat/memory/memory.h"
@@ -267,4 +269,51 @@ TEST(PlannedStep, AnImpossibleBudgetIsRefusedSayingTheLowestPeakAPlanReaches) {
   step.run([&] { return net.forward(x); }).backward();
   REMAT_EXPECT_ERROR(step.run([&] { return net.forward(x); }), "no plan keeps this step within 1000 bytes");
   REMAT_EXPECT_ERROR(step.plan(), "before a plan exists");
+}
+
+// The greedy search against every subset on a small graph (a chain of 5 layers and a skip: 11
+// droppable storages): at budgets from the least any plan reaches up to the unplanned peak, the
+// exact plan is never slower than the greedy one, the greedy one fits whenever it is found, and it
+// is found at most budgets. Both are then run: the measured peak is within each budget.
+TEST(PlannedStep, TheGreedySearchIsComparedWithEverySubsetOnASmallGraph) {
+  remat::install_cpu_memory_tracker();
+  const ChainNet net(5);
+  const at::Tensor x = torch::randn({256, 64});
+  auto forward = [&] {
+    const at::Tensor h = torch::tanh(torch::mm(x, net.weights[0]));
+    return net.forward(h).add(h.sigmoid().sum());
+  };
+  std::shared_ptr<remat::detail::RecordedStep> record;
+  remat::detail::record_step(forward, record, c10::kCPU).backward();
+  ASSERT_TRUE(record->complete());
+  const int64_t unplanned = record->measured_peak;
+  int found = 0, greedy_found = 0, tried = 0;
+  for (int percent = 50; percent <= 95; percent += 5) {
+    const int64_t budget = unplanned * percent / 100;
+    ++tried;
+    std::optional<remat::detail::GraphPlanChoice> exact, greedy;
+    try {
+      exact = remat::detail::plan_drops(*record, budget, remat::detail::PlanSearch::exact);
+    } catch (const c10::Error&) {
+    }
+    try {
+      greedy = remat::detail::plan_drops(*record, budget, remat::detail::PlanSearch::greedy);
+    } catch (const c10::Error&) {
+    }
+    if (greedy) {
+      ++greedy_found;
+      EXPECT_LE(greedy->simulation.peak, budget);
+      ASSERT_TRUE(exact) << "the greedy search found a plan at " << percent << "% where no subset fits";
+    }
+    if (!exact) continue;
+    ++found;
+    EXPECT_LE(exact->simulation.peak, budget);
+    if (greedy) {
+      EXPECT_LE(exact->simulation.recompute_seconds, greedy->simulation.recompute_seconds) << percent << "%";
+    }
+    std::cout << percent << "%: exact recompute " << exact->simulation.recompute_seconds * 1e3 << " ms, greedy "
+              << (greedy ? std::to_string(greedy->simulation.recompute_seconds * 1e3) + " ms" : "none") << "\n";
+  }
+  EXPECT_GE(found, tried / 2);
+  EXPECT_GE(greedy_found * 4, found * 3) << "the greedy search finds a plan at 3 budgets in 4 where one exists";
 }

@@ -140,6 +140,7 @@ struct GraphPlanChoice {
 // The plan of least predicted recompute time whose predicted peak is at most `budget_bytes`: every
 // subset of the droppable storages when they are few, else the better of two greedy searches (from
 // keeping all, and from dropping all). Throws, with the lowest peak found, when none fits.
-GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes);
+enum class PlanSearch { automatic, exact, greedy };
+GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search = PlanSearch::automatic);
 
 }  // namespace remat::detail

@@ -299,7 +299,7 @@ static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_byt
   return choice;
 }
 
-GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes) {
+GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search_kind) {
   GraphPlanChoice choice;
   const size_t n = step.storages.size();
   choice.drops.dropped.assign(n, false);
@@ -319,7 +319,12 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes) {
     choice.drops.dropped[s] = false;
   }
   choice.candidates = static_cast<int64_t>(candidates.size());
-  if (candidates.size() <= kExactCandidates) return plan_exactly(step, budget_bytes, candidates, std::move(choice));
+  const bool exact = search_kind == PlanSearch::exact ||
+                     (search_kind == PlanSearch::automatic && candidates.size() <= kExactCandidates);
+  if (exact) {
+    TORCH_INTERNAL_ASSERT(candidates.size() <= 20, "an exact plan over ", candidates.size(), " storages");
+    return plan_exactly(step, budget_bytes, candidates, std::move(choice));
+  }
 
   // Greedy searches, under either replay policy (StepDrops::keep_rebuilt), the fastest plan that
   // fits taken. From keeping everything, drop what removes the most excess over budget per second of
