@@ -261,6 +261,18 @@ TEST(PlannedStep, GradientsThroughAutogradGradAndAroundAUsersCheckpointEqualTheU
   EXPECT_GT(step.plan().dropped, 0) << step.plan().to_string();
 }
 
+// A second backward through one planned step (retain_graph): the first freed what the rebuilds start
+// from, so the second is refused with a clear error instead of computing from nothing.
+TEST(PlannedStep, ASecondBackwardThroughOnePlannedStepIsRefused) {
+  remat::install_cpu_memory_tracker();
+  const ChainNet net(6);
+  const at::Tensor x = torch::randn({256, 64});
+  remat::PlannedStep step = planned_chain(net, x);
+  at::Tensor loss = step.run([&] { return net.forward(x); });
+  loss.backward({}, /*retain_graph=*/true);
+  REMAT_EXPECT_ERROR(loss.backward(), "a second backward through a planned step is not supported");
+}
+
 TEST(PlannedStep, AnImpossibleBudgetIsRefusedSayingTheLowestPeakAPlanReaches) {
   remat::install_cpu_memory_tracker();
   const ChainNet net(4);

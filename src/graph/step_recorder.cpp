@@ -26,16 +26,20 @@ int64_t peak_since_last(RecordedStep& step, int64_t bytes_before) {
 }  // namespace
 
 const at::Tensor* slot_tensor(c10::ArrayRef<c10::IValue> values, const TensorSlot& slot, at::Tensor& scratch) {
+  if (slot.position >= values.size()) return nullptr;
   const c10::IValue& value = values[slot.position];
   if (slot.element < 0) return value.isTensor() ? &value.toTensor() : nullptr;
+  const auto element = static_cast<size_t>(slot.element);
   if (value.isTensorList()) {
-    scratch = value.toTensorList().get(static_cast<size_t>(slot.element));
+    const c10::List<at::Tensor> list = value.toTensorList();
+    if (element >= list.size()) return nullptr;  // a list of another length than the record's
+    scratch = list.get(element);
     return &scratch;
   }
   if (value.isList()) {
-    const c10::IValue element = value.toListRef()[static_cast<size_t>(slot.element)];
-    if (!element.isTensor()) return nullptr;
-    scratch = element.toTensor();
+    const auto list = value.toListRef();
+    if (element >= list.size() || !list[element].isTensor()) return nullptr;
+    scratch = list[element].toTensor();
     return &scratch;
   }
   return nullptr;
