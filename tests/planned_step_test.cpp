@@ -261,6 +261,39 @@ TEST(PlannedStep, GradientsThroughAutogradGradAndAroundAUsersCheckpointEqualTheU
   EXPECT_GT(step.plan().dropped, 0) << step.plan().to_string();
 }
 
+// A custom operator (a kernel of the test's own library, outside aten) is never replayed: what needs
+// it is rebuilt from its kept result, and gradients equal the unplanned step's.
+TORCH_LIBRARY(remat_planned_step_test, m) { m.def("twice(Tensor x) -> Tensor"); }
+TORCH_LIBRARY_IMPL(remat_planned_step_test, CPU, m) {
+  m.impl("twice", [](const at::Tensor& x) { return x.mul(2); });
+}
+
+TEST(PlannedStep, ACustomOperatorIsNeverReplayedAndGradientsStayEqual) {
+  remat::install_cpu_memory_tracker();
+  const ChainNet net(6);
+  const at::Tensor x = torch::randn({256, 64});
+  const auto twice = c10::Dispatcher::singleton()
+                         .findSchemaOrThrow("remat_planned_step_test::twice", "")
+                         .typed<at::Tensor(const at::Tensor&)>();
+  auto forward = [&] {
+    at::Tensor h = x;
+    for (const auto& w : net.weights) h = torch::tanh(torch::mm(h, w) * twice.call(torch::ones({64})));
+    return h.sum();
+  };
+  forward().backward();
+  const auto expected = net.grads();
+  remat::PlannedStep step("70%");
+  for (int i = 0; i < 3; ++i) {
+    step.run(forward).backward();
+    const auto got = net.grads();
+    for (size_t k = 0; k < expected.size(); ++k) EXPECT_TRUE(bitwise_equal(expected[k], got[k])) << "step " << i;
+  }
+  ASSERT_TRUE(step.planned());
+  EXPECT_FALSE(step.last_run_differed());
+  EXPECT_GT(step.plan().dropped, 0);
+  EXPECT_LT(step.plan().candidates, step.plan().storages) << "the custom operator's results cannot be dropped";
+}
+
 // A second backward through one planned step (retain_graph): the first freed what the rebuilds start
 // from, so the second is refused with a clear error instead of computing from nothing.
 TEST(PlannedStep, ASecondBackwardThroughOnePlannedStepIsRefused) {
