@@ -318,13 +318,12 @@ struct PlannedHooks final : detail::SavedTensorHooks {
     version_ = counter_.enabled() ? counter_.current_version() : 0;
     dropped_ = run_->drop_on_pack(entry_, tensor);
     if (!dropped_) kept_ = tensor;
-    sizes_ = tensor.sizes().vec();
+    described_.sizes = tensor.sizes().vec();
+    described_.dtype = tensor.scalar_type();
   }
 
   at::Tensor call_unpack_hook() override {
-    SavedEntry described;
-    described.sizes = sizes_;
-    detail::version_check(counter_, version_, described, "remat: a planned step");
+    detail::version_check(counter_, version_, described_, "remat: a planned step");
     if (!dropped_) return kept_;
     return run_->rebuild(entry_);
   }
@@ -336,7 +335,7 @@ struct PlannedHooks final : detail::SavedTensorHooks {
   at::Tensor kept_;
   c10::VariableVersion counter_;
   uint32_t version_ = 0;
-  std::vector<int64_t> sizes_;
+  SavedEntry described_;  // its shape and dtype, for the error
 };
 
 }  // namespace

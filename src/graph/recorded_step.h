@@ -69,6 +69,7 @@ struct SavedEntry {
   int64_t storage = -1;  // -1 with value
   std::vector<int64_t> sizes, strides;
   int64_t offset = 0;
+  at::ScalarType dtype = at::kFloat;
 };
 
 struct BackwardEvent {

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/tensor_text.h"
 #include "graph/recorded_step.h"
 #include "remat/base/error.h"
 
@@ -21,12 +22,6 @@ bool available(const RecordedStep& step, const StepDrops& drops, int64_t value) 
   const int64_t s = step.values[at(value)].storage;
   const RecordedStorage& storage = step.storages[at(s)];
   return !storage.outside && !drops.dropped[at(s)] && !storage.saved.empty() && storage.last_value == value;
-}
-
-std::string shape_text(const std::vector<int64_t>& sizes) {
-  std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) out += (i ? ", " : "") + std::to_string(sizes[i]);
-  return out + "]";
 }
 
 }  // namespace
@@ -60,15 +55,16 @@ Rebuilds rebuilds_of(const RecordedStep& step, const StepDrops& drops) {
       if (!seen_calls.insert(c).second) continue;
       const RecordedCall& call = step.calls[at(c)];
       if (!call.not_replayable.empty()) {
-        out.failure = "the saved " + shape_text(entry.sizes) + " tensor needs " + call.name + " (call " +
+        out.failure = "the saved " + tensor_text(entry.sizes, entry.dtype) + " tensor needs " + call.name + " (call " +
                       std::to_string(c) + ") replayed, which " + call.not_replayable;
         return out;
       }
       calls.push_back(c);
       for (const TensorSlot& slot : call.slots) {
         if (slot.stale) {
-          out.failure = "the saved " + shape_text(entry.sizes) + " tensor needs " + call.name + " (call " +
-                        std::to_string(c) + ") replayed, which read a tensor changed in place after it was made";
+          out.failure = "the saved " + tensor_text(entry.sizes, entry.dtype) + " tensor needs " + call.name +
+                        " (call " + std::to_string(c) +
+                        ") replayed, which read a tensor changed in place after it was made";
           return out;
         }
         if (slot.value >= 0) pending.push_back(slot.value);
@@ -98,6 +94,138 @@ std::vector<std::vector<int64_t>> storages_done_after(const RecordedStep& step, 
   return done;
 }
 
+namespace {
+
+// The backward as the runtime serves it under a plan: a dropped entry's first unpack replays its
+// calls and keeps the dropped storages they made that entries still need (all, or only its own:
+// StepDrops::keep_rebuilt); kept values a replay reads are held until the last entry that may
+// replay from them is served. `sample` sees the bytes at each reading and inside each replay.
+template <typename Sample>
+class BackwardWalk {
+ public:
+  BackwardWalk(const RecordedStep& step, const StepDrops& drops, const Rebuilds& rebuilds, Simulation& sim,
+               Sample& sample)
+      : step_(step), drops_(drops), rebuilds_(rebuilds), sim_(sim), sample_(sample) {
+    const size_t n = step.storages.size();
+    held_.assign(n, 0);
+    pending_entries_.assign(n, 0);
+    sources_on_.assign(n, 0);
+    cached_.assign(n, false);
+    in_use_.assign(n, 0);
+    served_.assign(step.saved.size(), false);
+    for (size_t s = 0; s < n; ++s) {
+      held_[s] = static_cast<int64_t>(step.storages[s].saved.size());
+      if (drops.dropped[s] && held_[s] > 0) dropped_held_ += step.storages[s].bytes;
+    }
+    for (const SavedEntry& entry : step.saved) {
+      if (entry.storage >= 0 && drops.dropped[at(entry.storage)]) ++pending_entries_[at(entry.storage)];
+    }
+    for (const auto& sources : rebuilds.sources_of) {
+      for (int64_t v : sources) {
+        if (source_uses_[v]++ == 0) ++sources_on_[at(step.values[at(v)].storage)];
+      }
+    }
+  }
+
+  void walk(int64_t rng_states) {
+    for (const BackwardEvent& event : step_.backward) {
+      const int64_t held_apart = -dropped_held_ + rebuilt_bytes_ + extra_sources_ + rng_states;
+      sample_(event.peak + held_apart);
+      if (event.unpack) {
+        unpack(event.entry, event.bytes + held_apart);
+      } else {
+        release(event.entry);
+      }
+    }
+  }
+
+ private:
+  int64_t bytes(int64_t storage) const { return step_.storages[at(storage)].bytes; }
+
+  // A rebuilt storage lives while the runtime keeps it for later unpacks (cached) and while a node
+  // that unpacked it still runs (in use: from its unpack to autograd's release of the entry).
+  template <typename Mutate>
+  void change(int64_t t, Mutate&& mutate) {
+    const bool before = cached_[at(t)] || in_use_[at(t)] > 0;
+    mutate();
+    const bool after = cached_[at(t)] || in_use_[at(t)] > 0;
+    if (before != after) rebuilt_bytes_ += after ? bytes(t) : -bytes(t);
+  }
+
+  void release(int64_t entry) {
+    const int64_t s = step_.saved[at(entry)].storage;
+    if (s < 0) return;
+    if (served_[at(entry)]) change(s, [&] { --in_use_[at(s)]; });
+    if (--held_[at(s)] > 0) return;
+    if (drops_.dropped[at(s)]) dropped_held_ -= bytes(s);
+    if (sources_on_[at(s)] > 0) extra_sources_ += bytes(s);  // autograd let go; the runtime holds it
+  }
+
+  void unpack(int64_t entry, int64_t now) {
+    const int64_t s = step_.saved[at(entry)].storage;
+    if (s < 0 || !drops_.dropped[at(s)]) return;
+    if (!cached_[at(s)]) replay(entry, s, now);
+    served_[at(entry)] = true;
+    change(s, [&] {
+      ++in_use_[at(s)];
+      if (--pending_entries_[at(s)] == 0) cached_[at(s)] = false;
+    });
+    for (int64_t v : rebuilds_.sources_of[at(entry)]) {
+      if (--source_uses_[v] > 0) continue;
+      const int64_t t = step_.values[at(v)].storage;
+      if (--sources_on_[at(t)] == 0 && held_[at(t)] == 0) extra_sources_ -= bytes(t);
+    }
+  }
+
+  // Whether the replay for storage `s` keeps storage `t` past its last read there.
+  bool kept_after_replay(int64_t t, int64_t s) const {
+    return t == s || (drops_.keep_rebuilt && drops_.dropped[at(t)] && pending_entries_[at(t)] > 0);
+  }
+
+  // The replay holds what it made until its last read there.
+  void replay(int64_t entry, int64_t s, int64_t now) {
+    const auto& calls = rebuilds_.calls_of[at(entry)];
+    const auto done = storages_done_after(step_, calls);
+    made_.clear();
+    int64_t live = 0;
+    for (size_t k = 0; k < calls.size(); ++k) {
+      sim_.recompute_seconds += step_.calls[at(calls[k])].seconds;
+      for (const TensorSlot& result : step_.calls[at(calls[k])].results) {
+        const int64_t t = step_.values[at(result.value)].storage;
+        if (made_.insert(t).second) live += bytes(t);
+      }
+      sample_(now + live);
+      for (int64_t t : done[k]) {
+        if (!kept_after_replay(t, s)) live -= bytes(t);
+      }
+    }
+    for (int64_t t : made_) {
+      if (kept_after_replay(t, s) && drops_.dropped[at(t)] && pending_entries_[at(t)] > 0) {
+        change(t, [&] { cached_[at(t)] = true; });
+      }
+    }
+  }
+
+  const RecordedStep& step_;
+  const StepDrops& drops_;
+  const Rebuilds& rebuilds_;
+  Simulation& sim_;
+  Sample& sample_;
+  std::vector<int64_t> held_;                         // per storage: entries autograd has not released (unplanned)
+  std::vector<int64_t> pending_entries_;              // per dropped storage: entries not yet unpacked
+  std::vector<int64_t> sources_on_;                   // per storage: values on it a later replay may read
+  std::unordered_map<int64_t, int64_t> source_uses_;  // value -> dropped entries that may replay from it
+  std::vector<bool> cached_;
+  std::vector<int64_t> in_use_;
+  std::vector<bool> served_;
+  std::unordered_set<int64_t> made_;
+  int64_t dropped_held_ = 0;   // bytes the unplanned step holds and the plan does not
+  int64_t extra_sources_ = 0;  // kept storages autograd released and the runtime still holds
+  int64_t rebuilt_bytes_ = 0;
+};
+
+}  // namespace
+
 Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t budget_bytes) {
   Simulation sim;
   const Rebuilds rebuilds = rebuilds_of(step, drops);
@@ -106,27 +234,19 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
     return sim;
   }
   sim.feasible = true;
-  const auto& storages = step.storages;
-
   // Each interval between readings (a call; the backward between two events) peaks where the
-  // unplanned step's did, shifted by what the plan holds more or less then. What the readings miss
-  // (the backward's end) is the recorded peak over the highest of them.
-  int64_t unchecked_max = 0;
-  for (const RecordedCall& call : step.calls) unchecked_max = std::max(unchecked_max, call.peak);
-  for (const BackwardEvent& event : step.backward) unchecked_max = std::max(unchecked_max, event.peak);
-  const int64_t missed = std::max<int64_t>(0, step.measured_peak - unchecked_max);
-  int64_t peak = 0;
+  // unplanned step's did, shifted by what the plan holds more or less then. The recorded peak is
+  // the highest of those intervals' (the recorder reads and restarts the peak at each reading).
   auto sample = [&](int64_t bytes) {
-    peak = std::max(peak, bytes);
-    if (bytes + missed > budget_bytes) sim.excess += static_cast<double>(bytes + missed - budget_bytes);
+    sim.peak = std::max(sim.peak, bytes);
+    if (bytes > budget_bytes) sim.excess += static_cast<double>(bytes - budget_bytes);
   };
-
-  // Forward: a dropped storage is freed after its last read instead of being held for backward.
+  // Forward: a dropped storage is freed where the program dropped it instead of held for backward;
+  // the runtime saves the RNG's state before each random call a replay may run, until the step ends.
   std::vector<int64_t> freed_after(step.calls.size() + 1, 0);
-  for (size_t s = 0; s < storages.size(); ++s) {
-    if (drops.dropped[s]) freed_after[at(storages[s].dies_after) + 1] += storages[s].bytes;
+  for (size_t s = 0; s < step.storages.size(); ++s) {
+    if (drops.dropped[s]) freed_after[at(step.storages[s].dies_after) + 1] += step.storages[s].bytes;
   }
-  // The runtime saves the RNG's state before each random call a replay may run, until the step ends.
   int64_t freed = 0;
   int64_t rng_states = 0;
   for (size_t i = 0; i < step.calls.size(); ++i) {
@@ -134,96 +254,10 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
     if (rebuilds.replayed[i] && step.calls[i].random) rng_states += step.rng_state_bytes;
     sample(step.calls[i].peak - freed + rng_states);
   }
-  // Backward, as the runtime serves it: a dropped entry's first unpack replays its calls and keeps
-  // the dropped values they made that entries still need until those are unpacked; kept values a
-  // replay reads are held until the last entry that may replay from them is served.
-  std::vector<int64_t> held(storages.size(), 0);  // entries autograd has not released (unplanned)
-  int64_t dropped_held = 0;                       // bytes the unplanned step holds and the plan does not
-  for (size_t s = 0; s < storages.size(); ++s) {
-    held[s] = static_cast<int64_t>(storages[s].saved.size());
-    if (drops.dropped[s] && held[s] > 0) dropped_held += storages[s].bytes;
-  }
-  std::vector<int64_t> pending_entries(storages.size(), 0);
-  for (const SavedEntry& entry : step.saved) {
-    if (entry.storage >= 0 && drops.dropped[at(entry.storage)]) ++pending_entries[at(entry.storage)];
-  }
-  std::unordered_map<int64_t, int64_t> source_uses;  // value -> dropped entries that may replay from it
-  std::vector<int64_t> sources_on(storages.size(), 0);
-  for (size_t e = 0; e < step.saved.size(); ++e) {
-    for (int64_t v : rebuilds.sources_of[e]) {
-      if (source_uses[v]++ == 0) ++sources_on[at(step.values[at(v)].storage)];
-    }
-  }
-  int64_t extra_sources = 0;  // kept storages autograd released and the runtime still holds
-  // A rebuilt storage lives while the runtime keeps it for later unpacks (cached) and while a node
-  // that unpacked it still runs (in use: from its unpack to autograd's release of the entry).
-  std::vector<bool> cached(storages.size(), false);
-  std::vector<int64_t> in_use(storages.size(), 0);
-  std::vector<bool> served(step.saved.size(), false);
-  int64_t rebuilt_bytes = 0;
-  auto change = [&](int64_t t, auto&& mutate) {
-    const bool before = cached[at(t)] || in_use[at(t)] > 0;
-    mutate();
-    const bool after = cached[at(t)] || in_use[at(t)] > 0;
-    if (before != after) rebuilt_bytes += after ? storages[at(t)].bytes : -storages[at(t)].bytes;
-  };
-  std::unordered_set<int64_t> made;
-  for (const BackwardEvent& event : step.backward) {
-    const SavedEntry& entry = step.saved[at(event.entry)];
-    const int64_t s = entry.storage;
-    sample(event.peak - dropped_held + rebuilt_bytes + extra_sources + rng_states);
-    if (!event.unpack) {
-      if (s < 0) continue;
-      if (served[at(event.entry)]) change(s, [&] { --in_use[at(s)]; });
-      if (--held[at(s)] == 0) {
-        if (drops.dropped[at(s)]) dropped_held -= storages[at(s)].bytes;
-        if (sources_on[at(s)] > 0) extra_sources += storages[at(s)].bytes;
-      }
-      continue;
-    }
-    const int64_t now = event.bytes - dropped_held + rebuilt_bytes + extra_sources + rng_states;
-    sample(now);
-    if (s < 0 || !drops.dropped[at(s)]) continue;
-    if (!cached[at(s)]) {
-      // The replay holds what it made until its last read there, and keeps the dropped storages
-      // that entries will still ask for.
-      const auto& calls = rebuilds.calls_of[at(event.entry)];
-      const auto done = storages_done_after(step, calls);
-      made.clear();
-      int64_t live = 0;
-      for (size_t k = 0; k < calls.size(); ++k) {
-        sim.recompute_seconds += step.calls[at(calls[k])].seconds;
-        for (const TensorSlot& result : step.calls[at(calls[k])].results) {
-          const int64_t t = step.values[at(result.value)].storage;
-          if (made.insert(t).second) live += storages[at(t)].bytes;
-        }
-        sample(now + live);
-        for (int64_t t : done[k]) {
-          if (t == s || (drops.keep_rebuilt && drops.dropped[at(t)] && pending_entries[at(t)] > 0)) continue;
-          live -= storages[at(t)].bytes;
-        }
-      }
-      for (int64_t t : made) {
-        if (!drops.keep_rebuilt && t != s) continue;
-        if (drops.dropped[at(t)] && pending_entries[at(t)] > 0) change(t, [&] { cached[at(t)] = true; });
-      }
-    }
-    served[at(event.entry)] = true;
-    change(s, [&] {
-      ++in_use[at(s)];
-      if (--pending_entries[at(s)] == 0) cached[at(s)] = false;
-    });
-    for (int64_t v : rebuilds.sources_of[at(event.entry)]) {
-      if (--source_uses[v] > 0) continue;
-      const int64_t t = step.values[at(v)].storage;
-      if (--sources_on[at(t)] == 0 && held[at(t)] == 0) extra_sources -= storages[at(t)].bytes;
-    }
-  }
-  sim.peak = peak + missed;
+  BackwardWalk<decltype(sample)>(step, drops, rebuilds, sim, sample).walk(rng_states);
   return sim;
 }
 
-// Every subset of the candidates: the least recompute within budget (fewest drops among equals).
 // Lazy greedy over `movable` storages, each set to `to` (dropped or kept) at most once: repeatedly
 // the move `worth` rates highest against the plan as it is (stale ratings re-checked before a move
 // is taken), while some move has a positive worth. Returns the final plan's simulation.
@@ -265,6 +299,8 @@ Simulation toggle_greedily(const RecordedStep& step, int64_t budget_bytes, StepD
   return current;
 }
 
+// Every subset of the candidates under both replay policies: the least recompute within budget
+// (fewest drops among equals).
 static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_bytes,
                                     const std::vector<int64_t>& candidates, GraphPlanChoice choice) {
   std::optional<Simulation> best;
@@ -299,38 +335,28 @@ static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_byt
   return choice;
 }
 
-GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search_kind) {
-  GraphPlanChoice choice;
-  const size_t n = step.storages.size();
-  choice.drops.dropped.assign(n, false);
-  choice.unchecked = simulate(step, choice.drops, budget_bytes);
-  Simulation current = choice.unchecked;
-  if (current.peak <= budget_bytes) {
-    choice.simulation = current;
-    return choice;
-  }
-  // The candidates: storages autograd saved that a replay can rebuild when dropped alone.
+// Storages autograd saved that a replay can rebuild when dropped alone.
+static std::vector<int64_t> droppable_storages(const RecordedStep& step) {
   std::vector<int64_t> candidates;
-  for (size_t s = 0; s < n; ++s) {
+  StepDrops one;
+  one.dropped.assign(step.storages.size(), false);
+  for (size_t s = 0; s < step.storages.size(); ++s) {
     const RecordedStorage& storage = step.storages[s];
     if (storage.outside || storage.saved.empty() || storage.bytes == 0) continue;
-    choice.drops.dropped[s] = true;
-    if (rebuilds_of(step, choice.drops).failure.empty()) candidates.push_back(static_cast<int64_t>(s));
-    choice.drops.dropped[s] = false;
+    one.dropped[s] = true;
+    if (rebuilds_of(step, one).failure.empty()) candidates.push_back(static_cast<int64_t>(s));
+    one.dropped[s] = false;
   }
-  choice.candidates = static_cast<int64_t>(candidates.size());
-  const bool exact = search_kind == PlanSearch::exact ||
-                     (search_kind == PlanSearch::automatic && candidates.size() <= kExactCandidates);
-  if (exact) {
-    TORCH_INTERNAL_ASSERT(candidates.size() <= 20, "an exact plan over ", candidates.size(), " storages");
-    return plan_exactly(step, budget_bytes, candidates, std::move(choice));
-  }
+  return candidates;
+}
 
-  // Greedy searches, under either replay policy (StepDrops::keep_rebuilt), the fastest plan that
-  // fits taken. From keeping everything, drop what removes the most excess over budget per second of
-  // replay; from dropping everything, keep again what removes the most excess (the kept storages
-  // become the boundaries replays start from, as segments' inputs in a chain). Each then keeps
-  // again what saves replay time within the budget.
+// Greedy searches, under either replay policy (StepDrops::keep_rebuilt), the fastest plan that fits
+// taken. From keeping everything, drop what removes the most excess over budget per second of
+// replay; from dropping everything, keep again what removes the most excess (the kept storages
+// become the boundaries replays start from, as segments' inputs in a chain). Each then keeps again
+// what saves replay time within the budget.
+static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_bytes,
+                                     const std::vector<int64_t>& candidates, GraphPlanChoice choice) {
   auto fits_then_faster = [&](const Simulation& now, const Simulation& sim, bool time_first) {
     if (!sim.feasible) return -1.0;
     if (now.peak > budget_bytes) {
@@ -341,32 +367,26 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanS
     if (sim.peak > budget_bytes || sim.recompute_seconds >= now.recompute_seconds) return -1.0;
     return now.recompute_seconds - sim.recompute_seconds;
   };
+  auto per_second = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, true); };
+  auto most_bytes = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, false); };
   std::optional<std::pair<StepDrops, Simulation>> best;
   auto consider = [&](const StepDrops& drops, const Simulation& sim) {
     if (!sim.feasible || sim.peak > budget_bytes) return;
     if (!best || sim.recompute_seconds < best->second.recompute_seconds) best.emplace(drops, sim);
   };
-  Simulation least = current;
+  Simulation least = choice.unchecked;
   auto search = [&](StepDrops drops, bool from_all_dropped) {
     Simulation sim;
     if (from_all_dropped) {
       for (int64_t c : candidates) drops.dropped[at(c)] = true;
       sim = simulate(step, drops, budget_bytes);
       if (!sim.feasible) return;
-      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim,
-                            [&](const Simulation& now, const Simulation& next) {
-                              return fits_then_faster(now, next, /*time_first=*/false);
-                            });
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, most_bytes);
     } else {
-      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/true, simulate(step, drops, budget_bytes),
-                            [&](const Simulation& now, const Simulation& next) {
-                              return fits_then_faster(now, next, /*time_first=*/true);
-                            });
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/true, choice.unchecked, per_second);
     }
     if (sim.peak <= budget_bytes) {
-      sim = toggle_greedily(
-          step, budget_bytes, drops, candidates, /*to=*/false, sim,
-          [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, true); });
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, per_second);
     }
     if (sim.peak < least.peak) least = sim;
     consider(drops, sim);
@@ -387,6 +407,23 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanS
   choice.drops = best->first;
   choice.simulation = best->second;
   return choice;
+}
+
+GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search_kind) {
+  GraphPlanChoice choice;
+  choice.drops.dropped.assign(step.storages.size(), false);
+  choice.unchecked = simulate(step, choice.drops, budget_bytes);
+  choice.simulation = choice.unchecked;
+  if (choice.unchecked.peak <= budget_bytes) return choice;
+  const std::vector<int64_t> candidates = droppable_storages(step);
+  choice.candidates = static_cast<int64_t>(candidates.size());
+  const bool exact = search_kind == PlanSearch::exact ||
+                     (search_kind == PlanSearch::automatic && candidates.size() <= kExactCandidates);
+  if (exact) {
+    TORCH_INTERNAL_ASSERT(candidates.size() <= 20, "an exact plan over ", candidates.size(), " storages");
+    return plan_exactly(step, budget_bytes, candidates, std::move(choice));
+  }
+  return plan_greedily(step, budget_bytes, candidates, std::move(choice));
 }
 
 }  // namespace remat::detail

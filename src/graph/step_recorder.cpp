@@ -6,6 +6,7 @@
 
 #include <c10/util/intrusive_ptr.h>
 
+#include "base/tensor_text.h"
 #include "checkpoint/forward_state.h"
 #include "checkpoint/operator_log.h"
 #include "remat/base/error.h"
@@ -47,10 +48,8 @@ const at::Tensor* slot_tensor(c10::ArrayRef<c10::IValue> values, const TensorSlo
 
 void version_check(const c10::VariableVersion& counter, uint32_t version, const SavedEntry& entry, const char* where) {
   if (!counter.enabled() || counter.current_version() == version) return;
-  std::string shape = "[";
-  for (size_t i = 0; i < entry.sizes.size(); ++i) shape += (i ? ", " : "") + std::to_string(entry.sizes[i]);
-  shape += "]";
-  REMAT_CHECK(false, where, ": one of the tensors needed for gradient computation (", shape,
+  REMAT_CHECK(false, where, ": one of the tensors needed for gradient computation (",
+              tensor_text(entry.sizes, entry.dtype),
               ", saved by the forward) has been modified by an inplace operation: it is at version ",
               counter.current_version(), ", the forward saved version ", version,
               ". The unplanned step refuses this too; change the tensor only after backward, or clone it before "
@@ -249,6 +248,7 @@ struct Recorder final : CallObserver {
     entry.sizes = t.sizes().vec();
     entry.strides = t.strides().vec();
     entry.offset = t.storage_offset();
+    entry.dtype = t.scalar_type();
     if (!t.has_storage()) return entry;
     const auto found = storage_of_impl.find(t.storage().unsafeGetStorageImpl());
     if (found == storage_of_impl.end()) return entry;
