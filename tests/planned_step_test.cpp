@@ -320,7 +320,7 @@ TEST(PlannedStep, AnImpossibleBudgetIsRefusedSayingTheLowestPeakAPlanReaches) {
 // droppable storages): at budgets from the least any plan reaches up to the unplanned peak, the
 // exact plan is never slower than the greedy one, the greedy one fits whenever it is found, and it
 // is found at most budgets. Both are then run: the measured peak is within each budget.
-TEST(PlannedStep, TheGreedySearchIsComparedWithEverySubsetOnASmallGraph) {
+TEST(PlannedStep, TheHeuristicSearchesAreComparedWithEverySubsetOnASmallGraph) {
   remat::install_cpu_memory_tracker();
   const ChainNet net(5);
   const at::Tensor x = torch::randn({256, 64});
@@ -332,33 +332,86 @@ TEST(PlannedStep, TheGreedySearchIsComparedWithEverySubsetOnASmallGraph) {
   remat::detail::record_step(forward, record, c10::kCPU).backward();
   ASSERT_TRUE(record->complete());
   const int64_t unplanned = record->measured_peak;
-  int found = 0, greedy_found = 0, tried = 0;
+  using remat::detail::PlanSearch;
+  auto plan = [&](int64_t budget, PlanSearch search) -> std::optional<remat::detail::GraphPlanChoice> {
+    try {
+      return remat::detail::plan_drops(*record, budget, search);
+    } catch (const c10::Error&) {
+      return std::nullopt;
+    }
+  };
+  int found = 0, heuristic_found = 0, heuristic_optimal = 0, tried = 0;
   for (int percent = 50; percent <= 95; percent += 5) {
     const int64_t budget = unplanned * percent / 100;
     ++tried;
-    std::optional<remat::detail::GraphPlanChoice> exact, greedy;
-    try {
-      exact = remat::detail::plan_drops(*record, budget, remat::detail::PlanSearch::exact);
-    } catch (const c10::Error&) {
+    const auto exact = plan(budget, PlanSearch::exact);
+    const auto greedy = plan(budget, PlanSearch::greedy);
+    const auto segments = plan(budget, PlanSearch::segments);
+    const auto heuristic = plan(budget, PlanSearch::heuristic);
+    for (const auto* searched : {&greedy, &segments, &heuristic}) {
+      if (!*searched) continue;
+      EXPECT_LE((*searched)->simulation.peak, budget);
+      ASSERT_TRUE(exact) << "a heuristic search found a plan at " << percent << "% where no subset fits";
+      EXPECT_LE(exact->simulation.recompute_seconds, (*searched)->simulation.recompute_seconds) << percent << "%";
     }
-    try {
-      greedy = remat::detail::plan_drops(*record, budget, remat::detail::PlanSearch::greedy);
-    } catch (const c10::Error&) {
-    }
-    if (greedy) {
-      ++greedy_found;
-      EXPECT_LE(greedy->simulation.peak, budget);
-      ASSERT_TRUE(exact) << "the greedy search found a plan at " << percent << "% where no subset fits";
-    }
+    if (greedy || segments) EXPECT_TRUE(heuristic) << "the combined search misses a plan one of its parts finds";
     if (!exact) continue;
     ++found;
     EXPECT_LE(exact->simulation.peak, budget);
-    if (greedy) {
-      EXPECT_LE(exact->simulation.recompute_seconds, greedy->simulation.recompute_seconds) << percent << "%";
+    if (heuristic) {
+      ++heuristic_found;
+      heuristic_optimal += heuristic->simulation.recompute_seconds <= exact->simulation.recompute_seconds * 1.0001;
     }
-    std::cout << percent << "%: exact recompute " << exact->simulation.recompute_seconds * 1e3 << " ms, greedy "
-              << (greedy ? std::to_string(greedy->simulation.recompute_seconds * 1e3) + " ms" : "none") << "\n";
+    auto ms = [](const std::optional<remat::detail::GraphPlanChoice>& c) {
+      return c ? std::to_string(c->simulation.recompute_seconds * 1e3) + " ms" : std::string("none");
+    };
+    std::cout << percent << "%: exact recompute " << ms(exact) << ", greedy " << ms(greedy) << ", segments "
+              << ms(segments) << ", both " << ms(heuristic) << "\n";
   }
   EXPECT_GE(found, tried / 2);
-  EXPECT_GE(greedy_found * 4, found * 3) << "the greedy search finds a plan at 3 budgets in 4 where one exists";
+  EXPECT_GE(heuristic_found * 4, found * 3) << "the heuristic search finds a plan at 3 budgets in 4 where one exists";
+  std::cout << "heuristic optimal at " << heuristic_optimal << " of " << found << " budgets\n";
+}
+
+TEST(PlannedStep, OnALongChainTheCutProgramIsComparedWithTheGreedySearch) {
+  remat::install_cpu_memory_tracker();
+  const ChainNet net(24);
+  const at::Tensor x = torch::randn({512, 64});
+  std::shared_ptr<remat::detail::RecordedStep> record;
+  remat::detail::record_step([&] { return net.forward(x); }, record, c10::kCPU).backward();
+  ASSERT_TRUE(record->complete());
+  const int64_t unplanned = record->measured_peak;
+  using remat::detail::PlanSearch;
+  auto plan = [&](int64_t budget, PlanSearch search) -> std::optional<remat::detail::GraphPlanChoice> {
+    try {
+      return remat::detail::plan_drops(*record, budget, search);
+    } catch (const c10::Error&) {
+      return std::nullopt;
+    }
+  };
+  auto ms = [](const std::optional<remat::detail::GraphPlanChoice>& c) {
+    return c ? std::to_string(c->simulation.recompute_seconds * 1e3) + " ms" : std::string("none");
+  };
+  int segments_faster = 0;
+  for (int percent = 10; percent <= 70; percent += 10) {
+    const int64_t budget = unplanned * percent / 100;
+    const auto greedy = plan(budget, PlanSearch::greedy);
+    const auto segments = plan(budget, PlanSearch::segments);
+    const auto automatic = plan(budget, PlanSearch::automatic);  // 24 candidates: both searches
+    std::cout << percent << "%: greedy " << ms(greedy) << ", cut program " << ms(segments) << ", planned "
+              << ms(automatic) << (automatic ? " (" + automatic->search + ")" : "") << "\n";
+    if (!greedy && !segments) continue;
+    ASSERT_TRUE(automatic) << percent << "%: the planner misses the plan one of its searches finds";
+    EXPECT_LE(automatic->simulation.peak, budget);
+    for (const auto* searched : {&greedy, &segments}) {
+      if (*searched) EXPECT_LE(automatic->simulation.recompute_seconds, (*searched)->simulation.recompute_seconds);
+    }
+    if (segments && (!greedy || segments->simulation.recompute_seconds < greedy->simulation.recompute_seconds)) {
+      ++segments_faster;
+      EXPECT_EQ(automatic->search, "cut program");
+    }
+  }
+  // Tight budgets on a chain are the cut program's ground: segments replayed whole from kept
+  // boundaries, where dropping tensors one by one finds only slower plans.
+  EXPECT_GE(segments_faster, 1);
 }

@@ -369,6 +369,7 @@ struct PlannedStep::State {
     summary.calls = static_cast<int64_t>(step.calls.size());
     summary.saved_tensors = static_cast<int64_t>(step.saved.size());
     summary.candidates = choice.candidates;
+    summary.search = choice.search;
     for (size_t s = 0; s < step.storages.size(); ++s) {
       const auto& storage = step.storages[s];
       if (!storage.outside && !storage.saved.empty()) ++summary.storages;
@@ -391,7 +392,8 @@ std::string StepPlan::to_string() const {
       << " ms\n"
       << "  " << calls << " operator calls, " << saved_tensors << " saved tensors in " << storages << " memory blocks ("
       << candidates << " can be rebuilt); dropped " << dropped << " (" << mib(dropped_bytes)
-      << "), rebuilt by replaying " << replayed_calls << " calls; planned in " << plan_seconds * 1e3 << " ms\n";
+      << "), rebuilt by replaying " << replayed_calls << " calls; planned in " << plan_seconds * 1e3 << " ms"
+      << (search.empty() ? "" : " (found by " + search + ")") << "\n";
   return out.str();
 }
 

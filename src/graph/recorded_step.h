@@ -136,12 +136,21 @@ struct GraphPlanChoice {
   Simulation simulation;
   Simulation unchecked;
   int64_t candidates = 0;  // storages that may be dropped
+  std::string search;      // which search found it: "every subset", "cut program", "greedy, from keeping all", ...
 };
 
 // The plan of least predicted recompute time whose predicted peak is at most `budget_bytes`: every
-// subset of the droppable storages when they are few, else the better of two greedy searches (from
-// keeping all, and from dropping all). Throws, with the lowest peak found, when none fits.
-enum class PlanSearch { automatic, exact, greedy };
+// subset of the droppable storages when they are few (exact), else the best of the cut program's
+// plan (the chain dynamic program over the execution order: segments' boundaries kept, their
+// insides dropped) and greedy searches from keeping all (and, where that fails, from dropping all),
+// each improved by keeping again what saves time. Throws, with the lowest peak found, when none fits.
+enum class PlanSearch {
+  automatic,
+  exact,
+  greedy,    // the greedy searches only
+  segments,  // the cut program only
+  heuristic  // both, whatever the number of candidates
+};
 GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search = PlanSearch::automatic);
 
 }  // namespace remat::detail

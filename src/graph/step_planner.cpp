@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <queue>
@@ -332,6 +333,7 @@ static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_byt
   for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((best_mask >> i) & 1u) != 0;
   choice.drops.keep_rebuilt = best_keeps;
   choice.simulation = *best;
+  choice.search = "every subset";
   return choice;
 }
 
@@ -355,8 +357,13 @@ static std::vector<int64_t> droppable_storages(const RecordedStep& step) {
 // replay; from dropping everything, keep again what removes the most excess (the kept storages
 // become the boundaries replays start from, as segments' inputs in a chain). Each then keeps again
 // what saves replay time within the budget.
+static std::optional<std::pair<StepDrops, Simulation>> plan_by_cuts(const RecordedStep& step, int64_t budget_bytes,
+                                                                    const std::vector<int64_t>& candidates,
+                                                                    const Simulation& unchecked);
+
 static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_bytes,
-                                     const std::vector<int64_t>& candidates, GraphPlanChoice choice) {
+                                     const std::vector<int64_t>& candidates, GraphPlanChoice choice,
+                                     PlanSearch search_kind) {
   auto fits_then_faster = [&](const Simulation& now, const Simulation& sim, bool time_first) {
     if (!sim.feasible) return -1.0;
     if (now.peak > budget_bytes) {
@@ -370,9 +377,13 @@ static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_by
   auto per_second = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, true); };
   auto most_bytes = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, false); };
   std::optional<std::pair<StepDrops, Simulation>> best;
-  auto consider = [&](const StepDrops& drops, const Simulation& sim) {
+  std::string found_by;
+  auto consider = [&](const StepDrops& drops, const Simulation& sim, const char* search) {
     if (!sim.feasible || sim.peak > budget_bytes) return;
-    if (!best || sim.recompute_seconds < best->second.recompute_seconds) best.emplace(drops, sim);
+    if (!best || sim.recompute_seconds < best->second.recompute_seconds) {
+      best.emplace(drops, sim);
+      found_by = search;
+    }
   };
   Simulation least = choice.unchecked;
   auto search = [&](StepDrops drops, bool from_all_dropped) {
@@ -389,11 +400,20 @@ static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_by
       sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, per_second);
     }
     if (sim.peak < least.peak) least = sim;
-    consider(drops, sim);
+    consider(drops, sim, from_all_dropped ? "greedy, from dropping all" : "greedy, from keeping all");
   };
+  // The cut program's plan, made faster by keeping again what saves time within the budget.
+  if (search_kind != PlanSearch::greedy) {
+    if (auto cut = plan_by_cuts(step, budget_bytes, candidates, choice.unchecked)) {
+      StepDrops drops = cut->first;
+      const Simulation sim =
+          toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, cut->second, per_second);
+      consider(drops, sim, "cut program");
+    }
+  }
   // From keeping all first (fast: few replays to walk); from dropping all only where that fails.
   for (bool from_all_dropped : {false, true}) {
-    if (from_all_dropped && best) break;
+    if (search_kind == PlanSearch::segments || (from_all_dropped && best)) break;
     for (bool keep_rebuilt : {true, false}) {
       StepDrops drops = choice.drops;
       drops.keep_rebuilt = keep_rebuilt;
@@ -406,7 +426,166 @@ static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_by
               "). Give a larger budget, or a smaller batch.");
   choice.drops = best->first;
   choice.simulation = best->second;
+  choice.search = found_by;
   return choice;
+}
+
+namespace {
+
+// The chain dynamic program over the execution order. A plan of cuts: after some calls, the
+// storages alive across the cut (made at or before it, read after it) are kept, as a checkpointed
+// segment's input is; every other candidate is dropped and its segment replayed in backward. Each
+// candidate belongs to the segment that made it: kept when it outlives the segment, else dropped.
+// The program's model of the peak while the backward serves segment j is what the earlier segments
+// keep plus all of segment j (a segment's replay rebuilds it whole), above a constant calibrated on
+// the unplanned step; its model of the time is the segment's calls up to its last dropped storage.
+// The exact walk (simulate) grades the plan; the program's memory cap is moved by the walk's error.
+class CutProgram {
+ public:
+  CutProgram(const RecordedStep& step, const std::vector<int64_t>& candidates, int64_t unchecked_peak)
+      : step_(step), candidates_(candidates), calls_(static_cast<int64_t>(step.calls.size())) {
+    const size_t n = step.storages.size();
+    born_.assign(n, std::numeric_limits<int64_t>::max());
+    end_.assign(n, -1);
+    for (const RecordedValue& value : step.values) {
+      const size_t s = at(value.storage);
+      born_[s] = std::min(born_[s], value.call);
+      end_[s] = std::max({end_[s], value.call, value.last_read});
+    }
+    born_at_.resize(at(calls_));
+    end_at_.resize(at(calls_));
+    for (int64_t s : candidates) {
+      born_at_[at(born_[at(s)])].push_back(s);
+      end_at_[at(end_[at(s)])].push_back(s);
+      total_ += step.storages[at(s)].bytes;
+    }
+    seconds_before_.assign(at(calls_) + 1, 0.0);
+    for (int64_t c = 0; c < calls_; ++c)
+      seconds_before_[at(c) + 1] = seconds_before_[at(c)] + step.calls[at(c)].seconds;
+    others_ = unchecked_peak - total_;
+  }
+
+  int64_t others() const { return others_; }
+
+  // The cuts of least modelled time whose modelled peak is at most `cap` (bytes above others());
+  // nullopt when none is.
+  std::optional<StepDrops> plan(int64_t cap) const {
+    if (cap <= 0 || total_ <= 0) return std::nullopt;
+    constexpr int64_t kLevels = 64;
+    const int64_t unit = std::max<int64_t>(1, (total_ + kLevels - 1) / kLevels);
+    const size_t width = kLevels + 1;
+    constexpr double kNone = std::numeric_limits<double>::infinity();
+    // best[(b + 1) * width + k]: least time with the last segment ending after call b and k units kept.
+    std::vector<double> best(at(calls_ + 1) * width, kNone);
+    std::vector<std::pair<int32_t, int32_t>> parent(best.size(), {-1, -1});
+    best[0] = 0;
+    for (int64_t a = -1; a + 1 < calls_; ++a) {
+      const size_t from = at(a + 1) * width;
+      int64_t first_level = -1;
+      for (int64_t k = 0; k <= kLevels && first_level < 0; ++k) first_level = best[from + at(k)] < kNone ? k : -1;
+      if (first_level < 0) continue;
+      int64_t kept = 0, dropped = 0, last_dropped = -1;
+      for (int64_t b = a + 1; b < calls_; ++b) {
+        for (int64_t s : born_at_[at(b)]) {
+          if (end_[at(s)] > b) {
+            kept += step_.storages[at(s)].bytes;
+          } else {
+            dropped += step_.storages[at(s)].bytes;
+            last_dropped = b;
+          }
+        }
+        for (int64_t s : end_at_[at(b)]) {
+          const int64_t born = born_[at(s)];
+          if (born <= a || born == b) continue;
+          kept -= step_.storages[at(s)].bytes;
+          dropped += step_.storages[at(s)].bytes;
+          last_dropped = std::max(last_dropped, born);
+        }
+        if (first_level * unit + kept + dropped > cap) break;  // longer segments only add
+        const double time = dropped > 0 ? seconds_before_[at(last_dropped) + 1] - seconds_before_[at(a) + 1] : 0.0;
+        const int64_t step_levels = (kept + unit - 1) / unit;
+        const size_t to = at(b + 1) * width;
+        for (int64_t k = first_level; k + step_levels <= kLevels; ++k) {
+          const double here = best[from + at(k)];
+          if (here == kNone || k * unit + kept + dropped > cap) continue;
+          double& there = best[to + at(k + step_levels)];
+          if (here + time < there) {
+            there = here + time;
+            parent[to + at(k + step_levels)] = {static_cast<int32_t>(a), static_cast<int32_t>(k)};
+          }
+        }
+      }
+    }
+    const size_t last = at(calls_) * width;
+    int64_t level = -1;
+    for (int64_t k = 0; k <= kLevels; ++k) {
+      if (best[last + at(k)] < kNone && (level < 0 || best[last + at(k)] < best[last + at(level)])) level = k;
+    }
+    if (level < 0) return std::nullopt;
+    std::vector<int64_t> segment_end(at(calls_), calls_ - 1);  // per call: the end of its segment
+    for (int64_t b = calls_ - 1; b >= 0;) {
+      const auto [a, k] = parent[at(b + 1) * width + at(level)];
+      for (int64_t c = a + 1; c <= b; ++c) segment_end[at(c)] = b;
+      b = a;
+      level = k;
+    }
+    StepDrops drops;
+    drops.dropped.assign(step_.storages.size(), false);
+    for (int64_t s : candidates_) drops.dropped[at(s)] = end_[at(s)] <= segment_end[at(born_[at(s)])];
+    return drops;
+  }
+
+ private:
+  const RecordedStep& step_;
+  const std::vector<int64_t>& candidates_;
+  int64_t calls_;
+  std::vector<int64_t> born_, end_;  // per storage: the call making its first value; the last reading any
+  std::vector<std::vector<int64_t>> born_at_, end_at_;
+  std::vector<double> seconds_before_;
+  int64_t total_ = 0;   // candidates' bytes
+  int64_t others_ = 0;  // the unplanned peak above the candidates' bytes
+};
+
+}  // namespace
+
+// The cut program's plans, graded by the walk, its cap moved by the walk's error; the fastest that
+// fits, improved by keeping again what saves time (or, over budget, dropping what fits it).
+static std::optional<std::pair<StepDrops, Simulation>> plan_by_cuts(const RecordedStep& step, int64_t budget_bytes,
+                                                                    const std::vector<int64_t>& candidates,
+                                                                    const Simulation& unchecked) {
+  const CutProgram program(step, candidates, unchecked.peak);
+  std::optional<std::pair<StepDrops, Simulation>> best;
+  int64_t cap = budget_bytes - program.others();
+  int64_t low = 0, high = std::numeric_limits<int64_t>::max();  // caps known to fit / to pass the budget
+  for (int round = 0; round < 8 && cap > low && cap < high; ++round) {
+    const std::optional<StepDrops> cut = program.plan(cap);
+    if (!cut) {
+      low = cap;
+      cap = high == std::numeric_limits<int64_t>::max() ? cap * 2 : low + (high - low) / 2;
+      continue;
+    }
+    for (bool keep_rebuilt : {true, false}) {
+      StepDrops drops = *cut;
+      drops.keep_rebuilt = keep_rebuilt;
+      const Simulation sim = simulate(step, drops, budget_bytes);
+      if (sim.feasible && sim.peak <= budget_bytes &&
+          (!best || sim.recompute_seconds < best->second.recompute_seconds)) {
+        best.emplace(drops, sim);
+      }
+    }
+    const Simulation graded = simulate(step, *cut, budget_bytes);
+    if (!graded.feasible) break;
+    if (graded.peak > budget_bytes) {
+      high = cap;
+      cap = std::max(low + 1, std::min(cap - (graded.peak - budget_bytes), low + (high - low) / 2));
+    } else {
+      low = cap;
+      const int64_t slack = budget_bytes - graded.peak;
+      if (slack < budget_bytes / 200) break;  // within half a percent
+      cap = high == std::numeric_limits<int64_t>::max() ? cap + slack : std::min(cap + slack, low + (high - low) / 2);
+    }
+  }
+  return best;
 }
 
 GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search_kind) {
@@ -423,7 +602,7 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanS
     TORCH_INTERNAL_ASSERT(candidates.size() <= 20, "an exact plan over ", candidates.size(), " storages");
     return plan_exactly(step, budget_bytes, candidates, std::move(choice));
   }
-  return plan_greedily(step, budget_bytes, candidates, std::move(choice));
+  return plan_greedily(step, budget_bytes, candidates, std::move(choice), search_kind);
 }
 
 }  // namespace remat::detail

@@ -55,6 +55,10 @@ struct StepPlan {
   int64_t dropped_bytes = 0;
   int64_t replayed_calls = 0;  ///< calls some rebuild replays
   double plan_seconds = 0;     ///< to plan, after recording
+  /// Which search found the plan: "every subset" (few candidates), "cut program" (the chain dynamic
+  /// program over the execution order: segments' boundaries kept), "greedy, from keeping all", ...;
+  /// empty when nothing is dropped.
+  std::string search;
 
   /// A few lines: budget, prediction, what is dropped.
   std::string to_string() const;
