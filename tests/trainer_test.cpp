@@ -212,6 +212,47 @@ TEST(Train, ABudgetIsPlannedForAndTrainsLikeNone) {
   expect_same_parameters(planned, none);
 }
 
+TEST(Train, AStepPlannedOverItsGraphStaysWithinTheBudgetAndTrainsExactlyLikeNone) {
+  TrainOptions graph = small_run();
+  graph.plan = remat::PlanRequest::of_budget("75%");
+  graph.plan_over_graph = true;
+  Trainer trainer(graph);
+  EXPECT_NE(trainer.plan_source().find("planned over the step's graph for budget 75%"), std::string::npos);
+  ASSERT_NE(trainer.graph_step(), nullptr);
+  RunOutcome planned;
+  for (int i = 0; i < 4; ++i) {
+    const remat::train::StepRecord r = trainer.step();
+    planned.losses.push_back(r.loss);
+    if (i == 0) {
+      EXPECT_TRUE(trainer.graph_step()->last_run_recorded());
+      EXPECT_EQ(r.budget_bytes, -1);
+      continue;
+    }
+    ASSERT_TRUE(trainer.graph_step()->planned());
+    EXPECT_FALSE(trainer.graph_step()->last_run_recorded());
+    EXPECT_GT(trainer.graph_step()->plan().dropped, 0);
+    EXPECT_EQ(r.budget_bytes, trainer.graph_step()->plan().budget_bytes);
+    EXPECT_LE(r.activation_peak_bytes, r.budget_bytes) << "step " << r.step;
+  }
+  for (const auto& p : trainer.model()->named_parameters())
+    planned.parameters.emplace_back(p.key(), p.value().detach().clone());
+  Trainer reference(small_run());
+  const RunOutcome none = train_steps(reference, 4);
+  EXPECT_EQ(planned.losses, none.losses);
+  expect_same_parameters(planned, none);
+}
+
+TEST(Train, PlanningOverTheGraphNeedsABudgetAndOneWholeBatch) {
+  TrainOptions no_budget = small_run();
+  no_budget.plan_over_graph = true;
+  REMAT_EXPECT_ERROR(Trainer{no_budget}, "TrainOptions::plan_over_graph plans for a budget");
+  TrainOptions micro = small_run();
+  micro.plan = remat::PlanRequest::of_budget("50%");
+  micro.plan_over_graph = true;
+  micro.micro_batch = 1;
+  REMAT_EXPECT_ERROR(Trainer{micro}, "is not supported with TrainOptions::micro_batch");
+}
+
 TEST(Train, ABudgetsPlanIsMeasuredToFitOnTheFirstBatch) {
   TrainOptions budgeted = small_run();
   budgeted.plan = remat::PlanRequest::of_budget("40%");

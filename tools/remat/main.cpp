@@ -46,7 +46,8 @@ std::string flag_of(const std::string& field) {
       {"ProfileOptions::repeats", "--repeats"},
       {"TrainOptions::micro_batch", "--micro-batch"},
       {"TrainOptions::lengths", "--lengths"},
-      {"TrainOptions::maximize_throughput", "--maximize throughput"}};
+      {"TrainOptions::maximize_throughput", "--maximize throughput"},
+      {"TrainOptions::plan_over_graph", "--planner graph"}};
   const auto it = flags.find(field);
   return it == flags.end() ? field : it->second;
 }

@@ -31,6 +31,7 @@ struct TrainFlags {
   std::vector<std::string> budgets;
   std::string lengths;
   std::string maximize;
+  std::string planner = "chain";
   bool verify = false;
   bool compare = false;
   bool json = false;
@@ -74,6 +75,15 @@ void apply_train_flags(TrainFlags& flags) {
   }
   options.plan.mode(flags.model.checkpoint_mode);
   options.maximize_throughput = flags.maximize == "throughput";
+  options.plan_over_graph = flags.planner == "graph";
+  if (options.plan_over_graph) {
+    REMAT_CHECK(!flags.budgets.empty(), "--planner graph plans the step for a budget: give --budget (30%, 2GiB).");
+    // Both compare the trainer's chain plan, which under the graph planner checkpoints nothing.
+    REMAT_CHECK(!flags.verify && !flags.compare, "--planner graph with --", flags.verify ? "verify" : "compare",
+                " is not supported yet: the planned step's gradients are ",
+                "checked by the library's tests, its timings by build/bench/remat_step_plan_bench; drop --",
+                flags.verify ? "verify" : "compare", ".");
+  }
   if (!flags.lengths.empty()) options.lengths = parse_lengths(flags.lengths);
   // A save writes `latest` (and folders) in --save-state: neither it nor the folder may be an input.
   if (!options.save_dir.empty()) {
@@ -154,6 +164,11 @@ nlohmann::json verify_before_training(train::Trainer& trainer, std::ostream& out
 // With --lengths: the step's length, and with a budget the plan of that length (its recomputed
 // stages) and the time planning it took on its first step.
 std::string length_and_plan(const train::Trainer& trainer, const train::StepRecord& r) {
+  if (trainer.graph_step() != nullptr) {
+    return r.budget_bytes >= 0 ? " (budget " + format_bytes(r.budget_bytes) + ", predicted " +
+                                     format_bytes(r.predicted_peak_bytes) + ")"
+                               : " (recorded, unplanned)";
+  }
   if (trainer.options().lengths.empty()) return "";
   std::string text = ", length " + std::to_string(r.sequence);
   const auto planned = trainer.length_plans().find(r.sequence);
@@ -347,7 +362,7 @@ void run_train(TrainFlags& flags) {
   const int ranks = options.process_group ? options.process_group->world_size() : 1;
   std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
   std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
-  if (options.plan.kind() == PlanRequest::Kind::budget)
+  if (options.plan.kind() == PlanRequest::Kind::budget && !options.plan_over_graph)
     out << "profiling for --budget " << options.plan.name() << "...\n";
   // With a budget, the trainer profiles its model and plans; every input is checked first.
   train::Trainer trainer(options);
@@ -359,6 +374,21 @@ void run_train(TrainFlags& flags) {
   save_final_state(trainer, out);
   const StepFigures figures = step_figures(records);
   nlohmann::json report = train_report(trainer, records, figures, ranks);
+  if (const PlannedStep* step = trainer.graph_step(); step != nullptr && step->planned()) {
+    const StepPlan& p = step->plan();
+    out << p.to_string();
+    report["graph_plan"] = {{"budget_bytes", p.budget_bytes},
+                            {"unchecked_peak_bytes", p.unchecked_peak_bytes},
+                            {"predicted_peak_bytes", p.predicted_peak_bytes},
+                            {"predicted_recompute_seconds", p.predicted_recompute_seconds},
+                            {"calls", p.calls},
+                            {"saved_tensors", p.saved_tensors},
+                            {"dropped", p.dropped},
+                            {"dropped_bytes", p.dropped_bytes},
+                            {"replayed_calls", p.replayed_calls},
+                            {"plan_seconds", p.plan_seconds},
+                            {"search", p.search}};
+  }
   if (flags.verify) report["verify"] = verification;
 
   print_throughput_and_loss(records, figures, ranks, out);
@@ -420,6 +450,13 @@ void add_train_command(CLI::App& app) {
          "--maximize", flags->maximize,
          "With --budget: choose the micro-batch with the plan, for the most tokens per second under the budget")
       ->check(CLI::IsMember({"throughput"}))
+      ->group("Planning");
+  cmd->add_option("--planner", flags->planner,
+                  "With --budget, what plans it: chain (the GPT's half-blocks: profiled, solved, verified) or graph "
+                  "(the whole step recorded once, every saved tensor kept or dropped, dropped ones replayed op by op; "
+                  "remat/graph/planned_step.h)")
+      ->check(CLI::IsMember({"chain", "graph"}))
+      ->capture_default_str()
       ->group("Planning");
   cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")
       ->group("State");

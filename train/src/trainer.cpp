@@ -71,6 +71,15 @@ void check_options(const TrainOptions& o) {
   REMAT_CHECK(o.lengths.empty() || !o.process_group || o.plan.kind() != PlanRequest::Kind::budget,
               field("TrainOptions::lengths"), " with a budget is not supported with data-parallel training yet (the ",
               "ranks would have to agree on a plan per length); give a policy or a plan file instead.");
+  if (o.plan_over_graph) {
+    REMAT_CHECK(o.plan.kind() == PlanRequest::Kind::budget, field("TrainOptions::plan_over_graph"),
+                " plans for a budget: give one (", field("PlanRequest::of_budget"), "), or leave it false.");
+    REMAT_CHECK(o.micro_batch == 0 && !o.maximize_throughput && o.lengths.empty() && !o.process_group,
+                field("TrainOptions::plan_over_graph"), " is not supported with ", field("TrainOptions::micro_batch"),
+                ", ", field("TrainOptions::maximize_throughput"), ", ", field("TrainOptions::lengths"),
+                " or a process group yet (one recorded step is planned); leave those at their defaults, or plan ",
+                "the chain.");
+  }
   REMAT_CHECK(!o.process_group || (!o.maximize_throughput && (o.micro_batch == 0 || o.micro_batch == o.batch)),
               field("TrainOptions::micro_batch"), " smaller than the batch is not supported with data-parallel ",
               "training yet (each micro-batch's backward would synchronise the gradients); lower ",
@@ -220,7 +229,13 @@ Trainer::Trainer(TrainOptions options) : options_(std::move(options)) {
 void Trainer::set_up_plan(const PlanRequest& request) {
   const bool budget = request.kind() == PlanRequest::Kind::budget;
   micro_batch_ = options_.micro_batch > 0 ? options_.micro_batch : options_.batch;
-  if (budget && rank_ != 0) {
+  if (budget && options_.plan_over_graph) {
+    // The chain runs plainly; the planned step keeps or drops what its operations save.
+    plan_ = Plan::unchecked(*chain_);
+    plan_source_ = "planned over the step's graph for budget " + request.name() +
+                   " (the first step recorded unplanned, every later step planned)";
+    graph_step_ = std::make_unique<PlannedStep>(request.budget());
+  } else if (budget && rank_ != 0) {
     // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
     // same order (timing noise could otherwise give each rank a plan of its own).
     plan_ = Plan::from_json(options_.process_group->share("the plan", ""), "rank 0's plan");
@@ -351,6 +366,10 @@ StepRecord Trainer::step() {
     chain_->set_targets(whole ? targets : targets.narrow(0, i * micro_batch_, micro_batch_));
     at::Tensor micro_loss;
     const StepMeasurement m = measure_step([&] {
+      if (graph_step_) {
+        micro_loss = graph_step_->run([&] { return run_plan(*chain_, *plan, micro_tokens); });
+        return micro_loss;  // one micro-batch: plan_over_graph refuses more
+      }
       micro_loss = run_plan(*chain_, *plan, micro_tokens);
       return whole ? micro_loss : micro_loss / static_cast<double>(micro_batches);
     });
@@ -358,6 +377,10 @@ StepRecord Trainer::step() {
     activation_peak = std::max(activation_peak, m.activation_peak_bytes());
   }
   const double loss = loss_sum / static_cast<double>(micro_batches);
+  if (graph_step_ && graph_step_->planned() && !graph_step_->last_run_recorded()) {
+    record.budget_bytes = graph_step_->plan().budget_bytes;
+    record.predicted_peak_bytes = graph_step_->plan().predicted_peak_bytes;
+  }
   if (synchronizer_) record.communication_seconds = synchronizer_->finish().wait_seconds;
   optimizer_->step();
   record.step = step_;
