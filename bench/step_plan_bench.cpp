@@ -11,6 +11,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
@@ -20,6 +21,7 @@
 #include "remat/chain/plan.h"
 #include "remat/graph/planned_step.h"
 #include "remat/memory/memory.h"
+#include "remat/planning/planner.h"
 #include "remat/models/gpt.h"
 #include "remat/models/gpt_planning.h"
 #include "remat/models/gpt_policies.h"
@@ -86,6 +88,11 @@ int main(int argc, char** argv) try {
   std::cout << "reference GPT, " << layers << " layers, batch " << batch << ", sequence " << sequence << ", " << threads
             << " threads\n";
   std::cout << std::fixed << std::setprecision(1);
+  // The chain planner held to plain checkpointing (every stage's default option), the like-for-like
+  // planner on the unchanged forward: its optimal plan on the profile with the options left out.
+  remat::models::GptCosts plain_costs = remat::models::profile_gpt(model, tokens, targets, remat::ProfileOptions());
+  for (auto& stage : plain_costs.half.stages) stage.options.resize(1);
+  grads();
   for (const std::string& budget : budgets) {
     remat::PlannedStep step(remat::Budget::parse(budget));
     torch::manual_seed(1);
@@ -133,20 +140,75 @@ int main(int argc, char** argv) try {
       }
     }
     auto hand_forward = [&] { return remat::run_plan(chains.of(hand_plan), hand_plan, tokens); };
-    std::vector<double> plain_times, planned_times, chain_times, hand_times;
-    int64_t plain_peak = 0, planned_peak = first.peak, chain_peak = 0;
+    const remat::PlanResult plain_chain =
+        remat::plan_optimal(plain_costs.half, remat::Budget::bytes(plan.budget_bytes));
+    auto plain_chain_forward = [&] { return remat::run_plan(chains.of(plain_chain.plan), plain_chain.plan, tokens); };
+    // The chain planner's plan runs the memory-efficient attention (option "fused") where it chose
+    // it: the same model with that attention and nothing checkpointed, planned over its graph.
+    remat::Plan fused_model = chain_plan.plan.without_checkpoints();
+    bool any_fused = false;
+    for (size_t i = 0; i < fused_model.options.size(); ++i) {
+      const bool fused = chain_plan.plan.options[i].rfind("fused", 0) == 0;
+      fused_model.options[i] = fused ? "fused" : fused_model.default_options[i];
+      any_fused = any_fused || fused;
+    }
+    auto fused_forward = [&] { return remat::run_plan(chains.of(fused_model), fused_model, tokens); };
+    remat::PlannedStep fused_step(remat::Budget::bytes(plan.budget_bytes));
+    if (any_fused) {
+      fused_step.run(fused_forward).backward();  // recorded
+      try {
+        measure([&] { return fused_step.run(fused_forward); });  // planned
+      } catch (const c10::Error& e) {
+        std::cout << "  graph plan of the model with the chain plan's attention: " << e.what_without_backtrace()
+                  << "\n";
+        any_fused = false;
+      }
+      grads();
+    }
+    std::vector<double> plain_times, planned_times, chain_times, hand_times, plain_chain_times, fused_times;
+    int64_t plain_peak = 0, planned_peak = first.peak, chain_peak = 0, plain_chain_peak = 0, fused_peak = 0;
     for (int i = 0; i < steps; ++i) {
       const Measured a = measure(forward);
       const Measured b = measure([&] { return step.run(forward); });
       const Measured c = measure(chain_forward);
+      const Measured d = measure(plain_chain_forward);
       if (hand_name != "none fits") hand_times.push_back(measure(hand_forward).seconds);
+      if (any_fused) {
+        const Measured f = measure([&] { return fused_step.run(fused_forward); });
+        fused_times.push_back(f.seconds);
+        fused_peak = std::max(fused_peak, f.peak);
+      }
       plain_times.push_back(a.seconds);
       planned_times.push_back(b.seconds);
       chain_times.push_back(c.seconds);
+      plain_chain_times.push_back(d.seconds);
       plain_peak = std::max(plain_peak, a.peak);
       planned_peak = std::max(planned_peak, b.peak);
       chain_peak = std::max(chain_peak, c.peak);
+      plain_chain_peak = std::max(plain_chain_peak, d.peak);
       grads();
+    }
+    std::cout << plan.to_string();
+    auto ratio_text = [&](const std::vector<double>& over, const std::vector<double>& under) {
+      std::vector<double> r;
+      for (size_t i = 0; i < over.size() && i < under.size(); ++i) r.push_back(over[i] / under[i]);
+      std::sort(r.begin(), r.end());
+      std::ostringstream out;
+      out << std::setprecision(3) << std::fixed << r[r.size() / 2] << " (spread " << r.front() << "-" << r.back()
+          << ")";
+      return out.str();
+    };
+    std::cout << "  chain planner, plain checkpointing (default options) at the same bytes: "
+              << plain_chain.plan.to_string() << ": peak " << remat::mebibytes(plain_chain_peak) << " MiB ("
+              << (plain_chain_peak <= plan.budget_bytes ? "within" : "OVER") << " budget), step "
+              << median(plain_chain_times) * 1e3 << " ms (ratio " << ratio_text(plain_chain_times, plain_times)
+              << "); graph plan / it " << ratio_text(planned_times, plain_chain_times) << "\n";
+    if (any_fused) {
+      std::cout << "  graph plan of the model with the chain plan's attention (" << fused_model.to_string() << "):\n  "
+                << fused_step.plan().to_string() << "  peak " << remat::mebibytes(fused_peak) << " MiB ("
+                << (fused_peak <= plan.budget_bytes ? "within" : "OVER") << " budget), step "
+                << median(fused_times) * 1e3 << " ms (ratio " << ratio_text(fused_times, plain_times)
+                << "); / chain plan " << ratio_text(fused_times, chain_times) << "\n";
     }
     std::vector<double> ratios, chain_ratios, versus_chain;
     for (int i = 0; i < steps; ++i) {
@@ -157,7 +219,6 @@ int main(int argc, char** argv) try {
     std::sort(ratios.begin(), ratios.end());
     std::sort(chain_ratios.begin(), chain_ratios.end());
     std::sort(versus_chain.begin(), versus_chain.end());
-    std::cout << plan.to_string();
     if (!hand_times.empty()) {
       std::vector<double> versus_hand;
       for (int i = 0; i < steps; ++i) versus_hand.push_back(planned_times[i] / hand_times[i]);

@@ -593,9 +593,9 @@ GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanS
   choice.drops.dropped.assign(step.storages.size(), false);
   choice.unchecked = simulate(step, choice.drops, budget_bytes);
   choice.simulation = choice.unchecked;
-  if (choice.unchecked.peak <= budget_bytes) return choice;
   const std::vector<int64_t> candidates = droppable_storages(step);
   choice.candidates = static_cast<int64_t>(candidates.size());
+  if (choice.unchecked.peak <= budget_bytes) return choice;
   const bool exact = search_kind == PlanSearch::exact ||
                      (search_kind == PlanSearch::automatic && candidates.size() <= kExactCandidates);
   if (exact) {
