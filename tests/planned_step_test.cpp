@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "base/torch_compat.h"
 #include "graph/recorded_step.h"
 #include "graph/step_recorder.h"
 #include "remat/checkpoint/checkpoint.h"
@@ -292,6 +293,37 @@ TEST(PlannedStep, ACustomOperatorIsNeverReplayedAndGradientsStayEqual) {
   EXPECT_FALSE(step.last_run_differed());
   EXPECT_GT(step.plan().dropped, 0);
   EXPECT_LT(step.plan().candidates, step.plan().storages) << "the custom operator's results cannot be dropped";
+}
+
+// Under autocast (CPU, bfloat16) the forward's matrix products run on casts autocast inserts; a
+// replay runs below autocast, so it repeats exactly the recorded casts and products, in the same
+// precision, and the gradients equal the unplanned step's bit for bit.
+TEST(PlannedStep, UnderAutocastReplaysRebuildTheSameLowPrecisionTensors) {
+  remat::install_cpu_memory_tracker();
+  const ChainNet net(6);
+  const at::Tensor x = torch::randn({256, 64});
+  auto forward = [&] { return net.forward(x).to(at::kFloat); };
+  struct Autocast {
+    Autocast() { remat::detail::set_autocast(c10::DeviceType::CPU, true, at::kBFloat16); }
+    ~Autocast() { remat::detail::set_autocast(c10::DeviceType::CPU, false, at::kBFloat16); }
+  };
+  std::vector<at::Tensor> expected;
+  {
+    Autocast on;
+    ASSERT_EQ(net.forward(x).scalar_type(), at::kBFloat16) << "autocast runs the products in bfloat16";
+    forward().backward();
+    expected = net.grads();
+  }
+  remat::PlannedStep step("70%");
+  for (int i = 0; i < 3; ++i) {
+    Autocast on;
+    step.run(forward).backward();
+    const auto got = net.grads();
+    for (size_t k = 0; k < expected.size(); ++k) EXPECT_TRUE(bitwise_equal(expected[k], got[k])) << "step " << i;
+  }
+  ASSERT_TRUE(step.planned());
+  EXPECT_FALSE(step.last_run_differed());
+  EXPECT_GT(step.plan().dropped, 0) << step.plan().to_string();
 }
 
 // A second backward through one planned step (retain_graph): the first freed what the rebuilds start
