@@ -8,7 +8,7 @@
 //   auto loss = step.run([&] { return F::cross_entropy(unet->forward(images), labels); });
 //   loss.backward();
 //
-//   remat_unet        trains 4 steps at 60% and 70% of the plain step's peak beside a plain
+//   remat_unet        trains 4 steps at 50% and 70% of the plain step's peak beside a plain
 //                     copy; exits 1 unless every planned step is within its budget and its gradients
 //                     are bitwise equal to the plain copy's
 #include <cstdlib>
@@ -27,7 +27,14 @@ struct DoubleConvImpl : nn::Module {
         bn1(register_module("bn1", nn::BatchNorm2d(out))),
         conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(out, out, 3).padding(1).bias(false)))),
         bn2(register_module("bn2", nn::BatchNorm2d(out))) {}
-  at::Tensor forward(const at::Tensor& x) { return torch::relu(bn2(conv2(torch::relu(bn1(conv1(x)))))); }
+  // One operation a statement: a C++ full expression keeps every temporary in it alive until it
+  // ends, so the nested form would hold all five intermediates at once, whatever the plan drops.
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor h = conv1(x);
+    h = torch::relu(bn1(h));
+    h = conv2(h);
+    return torch::relu(bn2(h));
+  }
   nn::Conv2d conv1;
   nn::BatchNorm2d bn1;
   nn::Conv2d conv2;
@@ -48,10 +55,10 @@ struct UNetImpl : nn::Module {
   at::Tensor forward(const at::Tensor& x) {
     const at::Tensor e1 = enc1(x);
     const at::Tensor e2 = enc2(F::max_pool2d(e1, F::MaxPool2dFuncOptions(2)));
-    const at::Tensor b = bottom(F::max_pool2d(e2, F::MaxPool2dFuncOptions(2)));
-    const at::Tensor d2 = dec2(torch::cat({up2(b), e2}, 1));   // skip from the second level
-    const at::Tensor d1 = dec1(torch::cat({up1(d2), e1}, 1));  // and from the first
-    return head(d1);
+    at::Tensor h = bottom(F::max_pool2d(e2, F::MaxPool2dFuncOptions(2)));
+    h = dec2(torch::cat({up2(h), e2}, 1));  // skip from the second level
+    h = dec1(torch::cat({up1(h), e1}, 1));  // and from the first
+    return head(h);
   }
   DoubleConv enc1, enc2, bottom;
   nn::ConvTranspose2d up2;
@@ -69,7 +76,7 @@ int main() try {
   const at::Tensor labels = torch::randint(4, {4, 64, 64});
   auto loss_of = [&](UNet& net) { return F::cross_entropy(net->forward(images), labels); };
   bool ok = true;
-  for (const char* budget : {"60%", "70%"}) {  // at 50% the planner finds 55% at best (docs/graph_planning.md)
+  for (const char* budget : {"50%", "70%"}) {  // 30%: below what any plan reaches (docs/graph_planning.md)
     torch::manual_seed(0);
     UNet plain;
     torch::manual_seed(0);

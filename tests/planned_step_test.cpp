@@ -348,6 +348,37 @@ TEST(PlannedStep, AnImpossibleBudgetIsRefusedSayingTheLowestPeakAPlanReaches) {
   REMAT_EXPECT_ERROR(step.plan(), "before a plan exists");
 }
 
+// A forward that holds its intermediates itself (one C++ full expression keeps every temporary in
+// it alive until it ends) has a floor no plan goes below: the error says the lowest peak is reached
+// in the forward, and the same computation written a statement at a time plans below it.
+TEST(PlannedStep, AFloorSetByWhatTheForwardHoldsIsNamedAsSuch) {
+  remat::install_cpu_memory_tracker();
+  const ChainNet net(6);
+  const at::Tensor x = torch::randn({512, 64});
+  const auto& w = net.weights;
+  auto layer = [](const at::Tensor& h, const at::Tensor& weight) { return torch::tanh(torch::mm(h, weight)); };
+  // One full expression: every layer's result is a temporary of it, alive until it ends.
+  auto nested = [&] { return layer(layer(layer(layer(layer(layer(x, w[0]), w[1]), w[2]), w[3]), w[4]), w[5]).sum(); };
+  auto statements = [&] { return net.forward(x); };  // h = tanh(mm(h, w)), one layer a statement
+  std::shared_ptr<remat::detail::RecordedStep> nested_record, statements_record;
+  remat::detail::record_step(nested, nested_record, c10::kCPU).backward();
+  remat::detail::record_step(statements, statements_record, c10::kCPU).backward();
+  ASSERT_TRUE(nested_record->complete() && statements_record->complete());
+  std::optional<int64_t> lowest;  // the lowest budget, in steps of 5% of the peak, the statements' plan fits
+  for (int percent = 95; percent >= 10; percent -= 5) {
+    const int64_t budget = statements_record->measured_peak * percent / 100;
+    try {
+      remat::detail::plan_drops(*statements_record, budget);
+      lowest = budget;
+    } catch (const c10::Error&) {
+      break;
+    }
+  }
+  ASSERT_TRUE(lowest.has_value());
+  REMAT_EXPECT_ERROR(remat::detail::plan_drops(*nested_record, *lowest),
+                     "It is reached in the forward, where the program itself holds its tensors");
+}
+
 // The greedy search against every subset on a small graph (a chain of 5 layers and a skip: 11
 // droppable storages): at budgets from the least any plan reaches up to the unplanned peak, the
 // exact plan is never slower than the greedy one, the greedy one fits whenever it is found, and it

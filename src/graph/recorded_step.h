@@ -120,7 +120,8 @@ Rebuilds rebuilds_of(const RecordedStep& step, const StepDrops& drops);
 std::vector<std::vector<int64_t>> storages_done_after(const RecordedStep& step, const std::vector<int64_t>& calls);
 
 struct Simulation {
-  int64_t peak = 0;  // predicted, above the bytes before the forward (calibrated on the record)
+  int64_t peak = 0;          // predicted, above the bytes before the forward (calibrated on the record)
+  int64_t forward_peak = 0;  // the same, over the forward alone
   double recompute_seconds = 0;
   double excess = 0;  // bytes over the budget summed over the walk's samples: how far from fitting
   bool feasible = false;

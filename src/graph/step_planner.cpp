@@ -255,6 +255,7 @@ Simulation simulate(const RecordedStep& step, const StepDrops& drops, int64_t bu
     if (rebuilds.replayed[i] && step.calls[i].random) rng_states += step.rng_state_bytes;
     sample(step.calls[i].peak - freed + rng_states);
   }
+  sim.forward_peak = sim.peak;
   BackwardWalk<decltype(sample)>(step, drops, rebuilds, sim, sample).walk(rng_states);
   return sim;
 }
@@ -300,6 +301,18 @@ Simulation toggle_greedily(const RecordedStep& step, int64_t budget_bytes, StepD
   return current;
 }
 
+// Where the lowest peak found lies, for the error that no plan fits: in the forward it is what the
+// program itself holds (its variables, a module's outputs until it returns), which no plan frees.
+static std::string where_the_peak_is(const Simulation& least) {
+  if (least.forward_peak >= least.peak) {
+    return " It is reached in the forward, where the program itself holds its tensors (variables alive until "
+           "they go out of scope, the inputs of calls still running) and no plan can free them: let go of "
+           "intermediates sooner in the forward, give a larger budget, or a smaller batch.";
+  }
+  return " It is reached in the backward (the forward's own peak under that plan: " +
+         std::to_string(least.forward_peak) + " bytes). Give a larger budget, or a smaller batch.";
+}
+
 // Every subset of the candidates under both replay policies: the least recompute within budget
 // (fewest drops among equals).
 static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_bytes,
@@ -329,7 +342,7 @@ static GraphPlanChoice plan_exactly(const RecordedStep& step, int64_t budget_byt
   }
   REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: of every choice among the ",
               candidates.size(), " saved memory blocks a replay can rebuild, the lowest predicted peak is ", least.peak,
-              " bytes (the unplanned step's: ", choice.unchecked.peak, "). Give a larger budget, or a smaller batch.");
+              " bytes (the unplanned step's: ", choice.unchecked.peak, ").", where_the_peak_is(least));
   for (size_t i = 0; i < candidates.size(); ++i) choice.drops.dropped[at(candidates[i])] = ((best_mask >> i) & 1u) != 0;
   choice.drops.keep_rebuilt = best_keeps;
   choice.simulation = *best;
@@ -422,8 +435,7 @@ static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_by
   }
   REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: the lowest predicted peak ",
               "the planner found, among the ", candidates.size(), " saved memory blocks a replay can rebuild, is ",
-              least.peak, " bytes (the unplanned step's: ", choice.unchecked.peak,
-              "). Give a larger budget, or a smaller batch.");
+              least.peak, " bytes (the unplanned step's: ", choice.unchecked.peak, ").", where_the_peak_is(least));
   choice.drops = best->first;
   choice.simulation = best->second;
   choice.search = found_by;

@@ -79,6 +79,8 @@ void apply_train_flags(TrainFlags& flags) {
   if (options.plan_over_graph) {
     REMAT_CHECK(!flags.budgets.empty(), "--planner graph plans the step for a budget: give --budget (30%, 2GiB).");
     // Both compare the trainer's chain plan, which under the graph planner checkpoints nothing.
+    REMAT_CHECK(flags.nproc <= 1, "--planner graph with --nproc is not supported yet: each rank would plan ",
+                "its own step; drop --nproc or use --planner chain.");
     REMAT_CHECK(!flags.verify && !flags.compare, "--planner graph with --", flags.verify ? "verify" : "compare",
                 " is not supported yet: the planned step's gradients are ",
                 "checked by the library's tests, its timings by build/bench/remat_step_plan_bench; drop --",
