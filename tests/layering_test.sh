@@ -17,7 +17,7 @@ if [ -n "$flag_words" ]; then
 fi
 # The rooms (include/remat/<room>/ and src/<room>/, each a subsystem), bottom to top: a room
 # includes only itself and rooms below it. Written once, here; remat/remat.h includes all.
-rooms=(base internal memory checkpoint ops distributed chain planning measure autoplan graph)
+rooms=(base internal memory checkpoint ops distributed chain planning measure graph autoplan)
 # Which of the rooms below each one it uses, public headers and private ones alike.
 declare -A may_include=(
   [base]="base"
@@ -29,8 +29,8 @@ declare -A may_include=(
   [chain]="base memory checkpoint chain"
   [planning]="base memory internal checkpoint chain planning"
   [measure]="base memory internal checkpoint chain planning measure"
-  [autoplan]="base memory internal checkpoint chain planning measure autoplan"
   [graph]="base memory checkpoint planning graph"
+  [autoplan]="base memory internal checkpoint chain planning measure graph autoplan"
 )
 # The table itself goes only downwards: a room allowed to include one above it would let a cycle
 # in (memory and internal once included each other).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "autoplan/verified_plan.h"
@@ -299,4 +300,74 @@ TEST(MeasuredChoice, PlannedAndPlanForBudgetSayWhatTheyTimedUnderAndWhatTheyChos
     EXPECT_EQ(kept.plan, result.plan.to_string());
     EXPECT_TRUE(result.measured_choice.chosen == 0 || kept.ratio_high < 1.0);
   }
+}
+
+// Any model's step through the same front door: make_plan records it (leaving gradients, buffers
+// and the RNG as they were), plans it over its graph, and hands back the planned step.
+TEST(MakePlan, AStepIsPlannedOverItsGraphBehindTheSameFrontDoor) {
+  remat::install_cpu_memory_tracker();
+  torch::manual_seed(5);
+  nn::Linear first(64, 128), second(128, 128), out(256, 8);
+  nn::BatchNorm1d norm(128);
+  const at::Tensor x = torch::randn({512, 64});
+  // Not a chain: `a` is read by the second layer and again by the concatenation.
+  auto forward = [&] {
+    const at::Tensor a = torch::relu(first(x));
+    const at::Tensor b = torch::gelu(norm(second(F::dropout(a, F::DropoutFuncOptions().p(0.2)))));
+    return out(torch::cat({a, b}, 1)).pow(2).mean();
+  };
+  std::vector<at::Tensor> state;
+  for (auto* m : std::vector<nn::Module*>{first.get(), second.get(), out.get(), norm.get()}) {
+    for (const auto& p : m->parameters()) state.push_back(p);
+    for (const auto& b : m->buffers()) state.push_back(b);
+  }
+  std::vector<at::Tensor> buffers_before;
+  for (const auto& b : norm->buffers()) buffers_before.push_back(b.clone());
+  const at::Tensor rng_before = at::detail::getDefaultCPUGenerator().get_state();
+
+  const remat::PlanResult r =
+      remat::make_plan(remat::PlanRequest::of_budget("70%"), remat::PlanSubject::of_step(forward, state));
+  EXPECT_EQ(r.planner, remat::PlannerKind::graph);
+  ASSERT_NE(r.step, nullptr);
+  ASSERT_TRUE(r.step->planned());
+  EXPECT_GT(r.step->plan().dropped, 0);
+  EXPECT_LE(r.prediction.peak_bytes, r.budget_bytes);
+  EXPECT_EQ(r.measured_unchecked_peak_bytes, r.step->plan().unchecked_peak_bytes);
+  EXPECT_NE(r.source.find("planned over the step's graph for budget 70%"), std::string::npos) << r.source;
+  // Recording left the state as it was: no gradients, the same statistics, the same RNG stream.
+  for (const auto& t : state) EXPECT_FALSE(t.requires_grad() && t.grad().defined());
+  for (size_t i = 0; i < buffers_before.size(); ++i) EXPECT_TRUE(norm->buffers()[i].equal(buffers_before[i]));
+  EXPECT_TRUE(at::detail::getDefaultCPUGenerator().get_state().equal(rng_before));
+
+  // The first training step already runs under the plan, with the unplanned step's gradients.
+  auto grads = [&] {
+    std::vector<at::Tensor> g;
+    for (const auto& t : state) {
+      if (!t.requires_grad()) continue;
+      g.push_back(t.grad().clone());
+      t.mutable_grad() = at::Tensor();
+    }
+    return g;
+  };
+  torch::manual_seed(9);
+  remat::reset_peak_memory();
+  const int64_t before = remat::memory_stats().current_bytes;
+  r.step->run(forward).backward();
+  const int64_t peak = remat::memory_stats().peak_bytes - before;
+  EXPECT_FALSE(r.step->last_run_recorded());
+  const auto planned = grads();
+  for (size_t i = 0; i < buffers_before.size(); ++i) norm->buffers()[i].copy_(buffers_before[i]);
+  torch::manual_seed(9);
+  forward().backward();
+  const auto plain = grads();
+  ASSERT_EQ(planned.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(remat::testing::bitwise_equal(planned[i], plain[i])) << i;
+  EXPECT_LE(peak, r.budget_bytes);
+
+  REMAT_EXPECT_ERROR(remat::make_plan(remat::PlanRequest::of_policy("block"), remat::PlanSubject::of_step(forward)),
+                     "a step (PlanSubject::of_step) is planned for a budget");
+  REMAT_EXPECT_ERROR(remat::PlanSubject::of_step(nullptr), "the step's forward is empty");
+  REMAT_EXPECT_ERROR(
+      remat::make_plan(remat::PlanRequest::of_budget("70%"), remat::PlanSubject::of_step([&] { return x.sum(); })),
+      "must return the loss, one element that requires grad");
 }

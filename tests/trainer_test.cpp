@@ -219,16 +219,13 @@ TEST(Train, AStepPlannedOverItsGraphStaysWithinTheBudgetAndTrainsExactlyLikeNone
   Trainer trainer(graph);
   EXPECT_NE(trainer.plan_source().find("planned over the step's graph for budget 75%"), std::string::npos);
   ASSERT_NE(trainer.graph_step(), nullptr);
+  ASSERT_TRUE(trainer.graph_step()->planned());  // recorded and planned before the first step
+  ASSERT_TRUE(trainer.budget_plan().has_value());
+  EXPECT_EQ(trainer.budget_plan()->planner, remat::PlannerKind::graph);
   RunOutcome planned;
   for (int i = 0; i < 4; ++i) {
     const remat::train::StepRecord r = trainer.step();
     planned.losses.push_back(r.loss);
-    if (i == 0) {
-      EXPECT_TRUE(trainer.graph_step()->last_run_recorded());
-      EXPECT_EQ(r.budget_bytes, -1);
-      continue;
-    }
-    ASSERT_TRUE(trainer.graph_step()->planned());
     EXPECT_FALSE(trainer.graph_step()->last_run_recorded());
     EXPECT_GT(trainer.graph_step()->plan().dropped, 0);
     EXPECT_EQ(r.budget_bytes, trainer.graph_step()->plan().budget_bytes);

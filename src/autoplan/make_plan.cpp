@@ -1,6 +1,10 @@
 #include "remat/autoplan/make_plan.h"
 
 #include <cmath>
+#include <mutex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/grad_mode.h>
 
 #include "autoplan/verified_plan.h"
 #include "remat/base/error.h"
@@ -99,7 +103,103 @@ Plan PlanSubject::policy_plan(const std::string& policy) const {
   return remat::policy_plan(policy, *chain_);
 }
 
+PlanSubject PlanSubject::of_step(std::function<at::Tensor()> forward, std::vector<at::Tensor> state,
+                                 PlannedStepOptions options) {
+  REMAT_CHECK(static_cast<bool>(forward),
+              "PlanSubject::of_step: the step's forward is empty; give a function that "
+              "runs the forward and returns the loss.");
+  for (size_t i = 0; i < state.size(); ++i) {
+    REMAT_CHECK(state[i].defined(), "PlanSubject::of_step: state tensor ", i,
+                " is undefined; give the model's parameters and buffers.");
+  }
+  PlanSubject subject;
+  subject.step_forward_ = std::move(forward);
+  subject.step_state_ = std::move(state);
+  subject.step_options_ = options;
+  return subject;
+}
+
 namespace {
+
+at::Tensor rng_state() {
+  at::Generator generator = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  return generator.get_state();
+}
+
+// What recording a step changes, put back when it ends however it ends: the CPU RNG's state, the
+// gradients of the state tensors that require them, the values of the others (buffers).
+class StepStateGuard {
+ public:
+  explicit StepStateGuard(const std::vector<at::Tensor>& state) : state_(state), rng_(rng_state()) {
+    at::NoGradGuard no_grad;
+    for (const at::Tensor& t : state_) {
+      saved_.push_back(t.requires_grad() ? (t.grad().defined() ? t.grad().clone() : at::Tensor()) : t.clone());
+    }
+  }
+  ~StepStateGuard() {
+    at::NoGradGuard no_grad;
+    at::Generator generator = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(rng_);
+    }
+    for (size_t i = 0; i < state_.size(); ++i) {
+      at::Tensor t = state_[i];
+      if (!t.requires_grad()) {
+        t.copy_(saved_[i]);
+      } else if (saved_[i].defined()) {
+        t.mutable_grad() = saved_[i];
+      } else {
+        t.mutable_grad() = at::Tensor();
+      }
+    }
+  }
+  StepStateGuard(const StepStateGuard&) = delete;
+  StepStateGuard& operator=(const StepStateGuard&) = delete;
+
+ private:
+  const std::vector<at::Tensor>& state_;
+  at::Tensor rng_;
+  std::vector<at::Tensor> saved_;
+};
+
+PlanResult plan_step(const PlanRequest& request, const PlanSubject& subject) {
+  REMAT_CHECK(request.kind() == PlanRequest::Kind::budget, "make_plan: a step (PlanSubject::of_step) is planned for ",
+              "a budget (PlanRequest::of_budget), not a ", request.describe(),
+              ": policies and plans name a chain's stages; give a budget, or plan a chain.");
+  auto step = std::make_shared<PlannedStep>(request.budget(), subject.step_options());
+  {
+    StepStateGuard guard(subject.step_state());
+    at::Tensor loss = step->run(subject.step_forward());  // recorded
+    REMAT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
+                "make_plan: the step's forward must return the loss, one element that requires grad; it returned ",
+                loss.defined() ? "a tensor of " + std::to_string(loss.numel()) + " elements" : "an undefined tensor",
+                loss.defined() && !loss.requires_grad() ? " that does not require grad" : "", ".");
+    loss.backward();
+  }
+  const StepPlan& planned = step->plan_now();
+  PlanResult result;
+  result.planner = PlannerKind::graph;
+  result.name = to_string(PlannerKind::graph);
+  result.feasible = true;
+  result.budget_bytes = planned.budget_bytes;
+  result.measured_unchecked_peak_bytes = planned.unchecked_peak_bytes;
+  result.prediction.peak_bytes = planned.predicted_peak_bytes;
+  result.prediction.step_seconds = planned.recorded_step_seconds + planned.predicted_recompute_seconds;
+  result.unchecked.peak_bytes = planned.unchecked_peak_bytes;
+  result.unchecked.step_seconds = planned.recorded_step_seconds;
+  result.solve_seconds = planned.plan_seconds;
+  result.measured_choice.reason = "not timed against rules of thumb: a step planned over its graph has none";
+  result.source = "planned over the step's graph for budget " + request.name() + " = " +
+                  format_bytes(planned.budget_bytes) + ", predicted peak " +
+                  format_bytes(planned.predicted_peak_bytes) + ", recompute " +
+                  std::to_string(static_cast<int>(std::lround(planned.predicted_recompute_seconds * 1e3))) + " ms, " +
+                  std::to_string(planned.dropped) + " of " + std::to_string(planned.candidates) +
+                  " saved memory blocks dropped" + (planned.search.empty() ? "" : " (" + planned.search + ")");
+  result.step = std::move(step);
+  return result;
+}
 
 std::string budget_source(const PlanRequest& request, const PlanResult& planned) {
   std::string source = "optimal for budget " + request.name() + " = " + format_bytes(planned.budget_bytes) +
@@ -142,6 +242,7 @@ PlanResult plan_budget(const PlanRequest& request, const PlanSubject& subject) {
 }  // namespace
 
 PlanResult make_plan(const PlanRequest& request, const PlanSubject& subject) {
+  if (subject.is_step()) return plan_step(request, subject);
   if (request.kind() == PlanRequest::Kind::budget) return plan_budget(request, subject);
   PlanResult result;
   result.planner = PlannerKind::policy;

@@ -447,6 +447,17 @@ at::Tensor PlannedStep::run(const std::function<at::Tensor()>& forward) {
   return loss;
 }
 
+const StepPlan& PlannedStep::plan_now() {
+  State& s = *state_;
+  REMAT_CHECK(s.record && s.record_next && s.record->complete(),
+              "PlannedStep::plan_now() needs a recorded step whose backward has run: call run(forward), then "
+              "backward on its loss, first.");
+  s.make_plan();
+  s.record_next = false;
+  s.record.reset();
+  return *s.plan;
+}
+
 bool PlannedStep::planned() const { return state_->plan.has_value(); }
 
 const StepPlan& PlannedStep::plan() const {

@@ -669,6 +669,8 @@ std::string to_string(PlannerKind kind) {
       return "chen";
     case PlannerKind::policy:
       return "policy";
+    case PlannerKind::graph:
+      return "graph";
   }
   return "unknown";
 }

@@ -169,7 +169,7 @@ std::string length_and_plan(const train::Trainer& trainer, const train::StepReco
   if (trainer.graph_step() != nullptr) {
     return r.budget_bytes >= 0 ? " (budget " + format_bytes(r.budget_bytes) + ", predicted " +
                                      format_bytes(r.predicted_peak_bytes) + ")"
-                               : " (recorded, unplanned)";
+                               : " (differed from the record: unplanned, recorded again)";
   }
   if (trainer.options().lengths.empty()) return "";
   std::string text = ", length " + std::to_string(r.sequence);
@@ -364,8 +364,9 @@ void run_train(TrainFlags& flags) {
   const int ranks = options.process_group ? options.process_group->world_size() : 1;
   std::ostream silent(nullptr);  // ranks above 0 train quietly: rank 0 reports for all
   std::ostream& out = rank == 0 ? human_output(flags.json) : silent;  // with --json, stdout holds only the JSON
-  if (options.plan.kind() == PlanRequest::Kind::budget && !options.plan_over_graph)
-    out << "profiling for --budget " << options.plan.name() << "...\n";
+  if (options.plan.kind() == PlanRequest::Kind::budget)
+    out << (options.plan_over_graph ? "recording one step for --budget " : "profiling for --budget ")
+        << options.plan.name() << "...\n";
   // With a budget, the trainer profiles its model and plans; every input is checked first.
   train::Trainer trainer(options);
   print_run_header(flags, trainer, ranks, out);

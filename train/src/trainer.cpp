@@ -230,11 +230,23 @@ void Trainer::set_up_plan(const PlanRequest& request) {
   const bool budget = request.kind() == PlanRequest::Kind::budget;
   micro_batch_ = options_.micro_batch > 0 ? options_.micro_batch : options_.batch;
   if (budget && options_.plan_over_graph) {
-    // The chain runs plainly; the planned step keeps or drops what its operations save.
+    // The chain runs plainly; the planned step keeps or drops what its operations save. Recorded
+    // and planned on the run's first batch (a sampler of its own), the model and the RNG left as
+    // they were, so that the first training step already runs under the plan.
     plan_ = Plan::unchecked(*chain_);
-    plan_source_ = "planned over the step's graph for budget " + request.name() +
-                   " (the first step recorded unplanned, every later step planned)";
-    graph_step_ = std::make_unique<PlannedStep>(request.budget());
+    BatchSampler first(*corpus_, options_.batch, options_.model.sequence(), options_.seed);
+    const auto [tokens, targets] = first.next();
+    std::vector<at::Tensor> state = model_->parameters();
+    for (const auto& b : model_->buffers()) state.push_back(b);
+    const PlanResult planned = make_plan(request, PlanSubject::of_step(
+                                                      [&, tokens = tokens, targets = targets] {
+                                                        chain_->set_targets(targets);
+                                                        return run_plan(*chain_, plan_, tokens);
+                                                      },
+                                                      std::move(state)));
+    plan_source_ = planned.source;
+    graph_step_ = planned.step;
+    budget_plan_ = planned;
   } else if (budget && rank_ != 0) {
     // Rank 0 profiles and plans; every rank runs its plan, so that their gradients are ready in the
     // same order (timing noise could otherwise give each rank a plan of its own).

@@ -15,6 +15,11 @@
 // loaded), the prediction is trusted. A share ("50%") is of the unchecked step's activation peak as
 // measured where the plan is verified (a chain given; PlanResult::measured_unchecked_peak_bytes),
 // else as predicted.
+// Any model's step, its forward untouched (PlanSubject::of_step): recorded once, planned over its
+// graph, run with PlanResult::step:
+//   remat::PlanResult r = remat::make_plan(remat::PlanRequest::of_budget("50%"),
+//                                          remat::PlanSubject::of_step(forward, state));
+//   at::Tensor loss = r.step->run(forward);                                  // every training step
 // An impossible budget throws, naming the least feasible one. Profiling and measuring leave the
 // model's gradients, buffers and RNG streams as they were.
 #pragma once
@@ -24,10 +29,12 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <torch/arg.h>
 
 #include "remat/chain/chain.h"
+#include "remat/graph/planned_step.h"
 #include "remat/measure/profiler.h"
 #include "remat/planning/planner.h"
 
@@ -126,9 +133,22 @@ class PlanRequest {
 };
 
 /// What a plan is made for: a chain and a sample of its input (the model's input; the chain's loss,
-/// if it has one, set up for it), profiled and measured on; or a cost table alone.
+/// if it has one, set up for it), profiled and measured on; or a cost table alone; or any model's
+/// training step (of_step), planned over its graph.
 class PlanSubject {
  public:
+  /// Any model's training step: `forward` runs its forward and returns the loss. A budget is planned
+  /// over the step's graph (remat/graph/planned_step.h): make_plan runs the step once, forward and
+  /// backward, to record it, plans it, and returns the planned step in PlanResult::step to run every
+  /// training step with. The run leaves the CPU RNG as it was, and `state` (a model's parameters and
+  /// buffers: their gradients and values) too. Policies and plans are for chains: refused here.
+  static PlanSubject of_step(std::function<at::Tensor()> forward, std::vector<at::Tensor> state = {},
+                             PlannedStepOptions options = {});
+  bool is_step() const { return static_cast<bool>(step_forward_); }
+  const std::function<at::Tensor()>& step_forward() const { return step_forward_; }
+  const std::vector<at::Tensor>& step_state() const { return step_state_; }
+  const PlannedStepOptions& step_options() const { return step_options_; }
+
   /// Nothing to run or cost: given plans, and policies by the builder given (policies()).
   PlanSubject() = default;
   /// The chain is used during make_plan only, not kept.
@@ -162,6 +182,9 @@ class PlanSubject {
   std::optional<CostTable> costs_;
   std::function<Plan(const std::string&)> policies_;
   std::function<void(const Plan&)> check_plans_;
+  std::function<at::Tensor()> step_forward_;
+  std::vector<at::Tensor> step_state_;
+  PlannedStepOptions step_options_;
 
   friend PlanResult make_plan(const PlanRequest& request, const PlanSubject& subject);
 };
@@ -170,7 +193,7 @@ class PlanSubject {
 /// plan, or the optimal plan for the budget (profiled, solved, verified, timed against the nearest
 /// rules of thumb: see the top of this header). PlanResult::source says where it came from. Throws
 /// when the budget is below what any plan needs or measures (naming the least feasible budget), and
-/// when the subject lacks what the request needs (a budget needs a chain or a cost table).
+/// when the subject lacks what the request needs (a budget needs a chain, a cost table or a step).
 PlanResult make_plan(const PlanRequest& request, const PlanSubject& subject);
 
 }  // namespace remat

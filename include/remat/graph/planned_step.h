@@ -82,7 +82,12 @@ class PlannedStep {
   /// Runs `forward` (which returns the loss) as this step: recorded (first), or under the plan.
   at::Tensor run(const std::function<at::Tensor()>& forward);
 
-  /// Whether a plan exists (made at the run after a complete recorded step).
+  /// Plans the recorded step now rather than at the next run (make_plan does, to report the plan
+  /// before training). Throws unless the last run recorded the step and its backward has run, and
+  /// when no plan fits the budget (naming the lowest peak found).
+  const StepPlan& plan_now();
+
+  /// Whether a plan exists (made at the run after a complete recorded step, or by plan_now).
   bool planned() const;
   /// The current plan; throws before there is one.
   const StepPlan& plan() const;

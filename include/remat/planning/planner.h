@@ -35,6 +35,8 @@
 #include "remat/planning/cost_model.h"
 
 namespace remat {
+
+class PlannedStep;
 /// The memory grid every planner uses unless told otherwise.
 constexpr int64_t kDefaultMemorySlots = 1000;
 
@@ -45,8 +47,8 @@ struct PlannerOptions {
   TORCH_ARG(int64_t, memory_slots) = kDefaultMemorySlots;
 };
 
-enum class PlannerKind { optimal, revolve, chen, policy };
-/// "optimal", "revolve", "chen" or "policy".
+enum class PlannerKind { optimal, revolve, chen, policy, graph };
+/// "optimal", "revolve", "chen", "policy" or "graph" (a step planned over its graph: PlanSubject::of_step).
 std::string to_string(PlannerKind kind);
 
 /// A plan timed against the rules of thumb nearest it, and the one kept (make_plan).
@@ -101,6 +103,9 @@ struct PlanResult {
   /// Where the plan was timed against its nearest rules of thumb (make_plan); its
   /// `measured` is false where it was not.
   MeasuredChoice measured_choice;
+  /// For a step (PlanSubject::of_step, PlannerKind::graph): the step planned over its graph, to run
+  /// every training step with (PlannedStep::run; remat/graph/planned_step.h); null for chains.
+  std::shared_ptr<PlannedStep> step;
 
   /// Predicted step time over the unchecked plan's, minus one (0.05 = 5% slower).
   double predicted_overhead() const;

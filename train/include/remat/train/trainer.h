@@ -58,10 +58,11 @@ struct TrainOptions {
   /// and a length is planned on its first step from the fit, verified by one measured step of it.
   std::vector<int64_t> lengths;
   /// With a budget: plan the whole training step over its graph (remat::PlannedStep,
-  /// remat/graph/planned_step.h) instead of the GPT's chain of half-blocks: the first step runs
-  /// unplanned and is recorded, every later step keeps or drops each tensor autograd saves and
-  /// replays the recorded calls that rebuild the dropped ones. A share of the budget is of the
-  /// recorded step's peak. Not with micro_batch, maximize_throughput, lengths or a process group.
+  /// remat/graph/planned_step.h) instead of the GPT's chain of half-blocks: the step is recorded
+  /// once on the run's first batch (make_plan with PlanSubject::of_step: the model and the
+  /// RNG left as they were), then every step keeps or drops each tensor autograd saves and replays
+  /// the recorded calls that rebuild the dropped ones. A share of the budget is of the recorded
+  /// step's peak. Not with micro_batch, maximize_throughput, lengths or a process group.
   bool plan_over_graph = false;
   int threads = std::min(2, usable_cpus());  ///< 2, or 1 where the process may use one CPU only
   uint64_t seed = 0;
@@ -126,7 +127,8 @@ class Trainer {
   const Plan& plan() const { return plan_; }
   /// The planner's result when the plan was made for a budget (TrainOptions::plan).
   const std::optional<PlanResult>& budget_plan() const { return budget_plan_; }
-  /// TrainOptions::plan_over_graph: the step planned over its graph (its plan from the second step).
+  /// TrainOptions::plan_over_graph: the step planned over its graph (make_plan's PlanResult::step,
+  /// recorded and planned on the run's first batch before the first step).
   const PlannedStep* graph_step() const { return graph_step_.get(); }
   /// One step plain and one under the plan on the run's first batch (remat::verify_plan); no
   /// update, and the model, its gradients and the RNG are left as they were.
@@ -158,7 +160,7 @@ class Trainer {
   Plan plan_;
   std::string plan_source_;
   std::optional<PlanResult> budget_plan_;
-  std::unique_ptr<PlannedStep> graph_step_;
+  std::shared_ptr<PlannedStep> graph_step_;
   std::map<int64_t, LengthPlan> length_plans_;
   std::map<int64_t, CostTable> profiled_lengths_;
   std::optional<ShapeCosts> length_costs_;
