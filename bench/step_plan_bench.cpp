@@ -241,9 +241,12 @@ int main(int argc, char** argv) try {
               << (planned_peak <= plan.budget_bytes ? "within budget" : "OVER BUDGET") << "; step "
               << median(planned_times) * 1e3 << " ms vs unplanned " << median(plain_times) * 1e3 << " ms (ratio "
               << std::setprecision(3) << ratios[ratios.size() / 2] << ", spread " << ratios.front() << "-"
-              << ratios.back() << std::setprecision(1) << "); record step " << record_seconds * 1e3
-              << " ms, plan + first planned step " << first_seconds * 1e3 << " ms (plan " << plan.plan_seconds * 1e3
-              << " ms); gradients " << (equal ? "bitwise equal" : "DIFFER") << "\n";
+              << ratios.back() << "; predicted "
+              << (plan.recorded_step_seconds + plan.predicted_recompute_seconds) / plan.recorded_step_seconds
+              << ": the recorded step's " << plan.recorded_step_seconds * 1e3 << " ms + recompute)"
+              << std::setprecision(1) << "; record step " << record_seconds * 1e3 << " ms, plan + first planned step "
+              << first_seconds * 1e3 << " ms (plan " << plan.plan_seconds * 1e3 << " ms); gradients "
+              << (equal ? "bitwise equal" : "DIFFER") << "\n";
   }
   return 0;
 } catch (const c10::Error& e) {

@@ -475,6 +475,19 @@ class CutProgram {
     for (int64_t c = 0; c < calls_; ++c)
       seconds_before_[at(c) + 1] = seconds_before_[at(c)] + step.calls[at(c)].seconds;
     others_ = unchecked_peak - total_;
+    // What a cut keeps changes only where a candidate is made or last read: cuts just before and
+    // just after those calls (the latest cut of each stretch recomputes least), and after the last.
+    std::vector<int64_t> cuts;
+    for (int64_t s : candidates) {
+      for (int64_t event : {born_[at(s)], end_[at(s)]}) {
+        if (event >= 1) cuts.push_back(event - 1);
+        cuts.push_back(event);
+      }
+    }
+    cuts.push_back(calls_ - 1);
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    cuts_ = std::move(cuts);
   }
 
   int64_t others() const { return others_; }
@@ -486,18 +499,21 @@ class CutProgram {
     constexpr int64_t kLevels = 64;
     const int64_t unit = std::max<int64_t>(1, (total_ + kLevels - 1) / kLevels);
     const size_t width = kLevels + 1;
+    const size_t states = cuts_.size() + 1;  // 0: before the first call; i + 1: after call cuts_[i]
     constexpr double kNone = std::numeric_limits<double>::infinity();
-    // best[(b + 1) * width + k]: least time with the last segment ending after call b and k units kept.
-    std::vector<double> best(at(calls_ + 1) * width, kNone);
+    // best[state * width + k]: least time with the last segment ending at the state's cut, k units kept.
+    std::vector<double> best(states * width, kNone);
     std::vector<std::pair<int32_t, int32_t>> parent(best.size(), {-1, -1});
     best[0] = 0;
-    for (int64_t a = -1; a + 1 < calls_; ++a) {
-      const size_t from = at(a + 1) * width;
+    for (size_t i = 0; i + 1 < states; ++i) {
+      const int64_t a = i == 0 ? -1 : cuts_[i - 1];
+      const size_t from = i * width;
       int64_t first_level = -1;
       for (int64_t k = 0; k <= kLevels && first_level < 0; ++k) first_level = best[from + at(k)] < kNone ? k : -1;
       if (first_level < 0) continue;
       int64_t kept = 0, dropped = 0, last_dropped = -1;
-      for (int64_t b = a + 1; b < calls_; ++b) {
+      size_t j = i;  // the next cut to relax
+      for (int64_t b = a + 1; b < calls_ && j < cuts_.size(); ++b) {
         for (int64_t s : born_at_[at(b)]) {
           if (end_[at(s)] > b) {
             kept += step_.storages[at(s)].bytes;
@@ -514,31 +530,36 @@ class CutProgram {
           last_dropped = std::max(last_dropped, born);
         }
         if (first_level * unit + kept + dropped > cap) break;  // longer segments only add
+        if (cuts_[j] != b) continue;
         const double time = dropped > 0 ? seconds_before_[at(last_dropped) + 1] - seconds_before_[at(a) + 1] : 0.0;
         const int64_t step_levels = (kept + unit - 1) / unit;
-        const size_t to = at(b + 1) * width;
+        const size_t to = (j + 1) * width;
         for (int64_t k = first_level; k + step_levels <= kLevels; ++k) {
           const double here = best[from + at(k)];
-          if (here == kNone || k * unit + kept + dropped > cap) continue;
+          if (here == kNone) continue;
+          if (k * unit + kept + dropped > cap) break;
           double& there = best[to + at(k + step_levels)];
           if (here + time < there) {
             there = here + time;
-            parent[to + at(k + step_levels)] = {static_cast<int32_t>(a), static_cast<int32_t>(k)};
+            parent[to + at(k + step_levels)] = {static_cast<int32_t>(i), static_cast<int32_t>(k)};
           }
         }
+        ++j;
       }
     }
-    const size_t last = at(calls_) * width;
+    const size_t last = (states - 1) * width;  // the last cut is after the last call
     int64_t level = -1;
     for (int64_t k = 0; k <= kLevels; ++k) {
       if (best[last + at(k)] < kNone && (level < 0 || best[last + at(k)] < best[last + at(level)])) level = k;
     }
     if (level < 0) return std::nullopt;
-    std::vector<int64_t> segment_end(at(calls_), calls_ - 1);  // per call: the end of its segment
-    for (int64_t b = calls_ - 1; b >= 0;) {
-      const auto [a, k] = parent[at(b + 1) * width + at(level)];
+    std::vector<int64_t> segment_end(at(calls_), calls_ - 1);  // per call: the last call of its segment
+    for (size_t state = states - 1; state > 0;) {
+      const auto [from_state, k] = parent[state * width + at(level)];
+      const int64_t b = cuts_[state - 1];
+      const int64_t a = from_state == 0 ? -1 : cuts_[at(from_state) - 1];
       for (int64_t c = a + 1; c <= b; ++c) segment_end[at(c)] = b;
-      b = a;
+      state = at(from_state);
       level = k;
     }
     StepDrops drops;
@@ -554,8 +575,9 @@ class CutProgram {
   std::vector<int64_t> born_, end_;  // per storage: the call making its first value; the last reading any
   std::vector<std::vector<int64_t>> born_at_, end_at_;
   std::vector<double> seconds_before_;
-  int64_t total_ = 0;   // candidates' bytes
-  int64_t others_ = 0;  // the unplanned peak above the candidates' bytes
+  std::vector<int64_t> cuts_;  // the calls a cut may follow, ascending; the last call's last
+  int64_t total_ = 0;          // candidates' bytes
+  int64_t others_ = 0;         // the unplanned peak above the candidates' bytes
 };
 
 }  // namespace
