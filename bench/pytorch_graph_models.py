@@ -50,7 +50,7 @@ import statistics
 import sys
 import time
 
-from side_by_side.common import log, reexec_under_remat_conditions  # bench/: the script's own directory
+from side_by_side.common import argv_option, log, reexec_under_remat_conditions  # bench/: the script's own directory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MIB = 2.0 ** 20
@@ -462,12 +462,7 @@ def set_omp_wait_policy():
     """OMP_WAIT_POLICY from --omp-wait-policy, before torch (and libgomp) is loaded: on 2 shared cores
     with another job running, OpenMP's spinning threads make each parallel region wait for a time
     slice, many small operators (the Transformer's) 10-30x slower (docs/results.md)."""
-    policy = "passive"
-    for i, a in enumerate(sys.argv):
-        if a == "--omp-wait-policy" and i + 1 < len(sys.argv):
-            policy = sys.argv[i + 1]
-        elif a.startswith("--omp-wait-policy="):
-            policy = a.split("=", 1)[1]
+    policy = argv_option("--omp-wait-policy", "passive")
     if policy != "inherit":
         os.environ["OMP_WAIT_POLICY"] = policy
 

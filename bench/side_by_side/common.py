@@ -7,18 +7,23 @@ import sys
 TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
 
 
+def argv_option(name, default):
+    """An option's value read from sys.argv before argparse runs ("--name V" or "--name=V")."""
+    value = default
+    for i, a in enumerate(sys.argv):
+        if a == name and i + 1 < len(sys.argv):
+            value = sys.argv[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
 def reexec_under_remat_conditions():
     """Keep freed memory in the process (remat's mallopt calls as glibc tunables); BLAS threads."""
     if os.environ.get("GLIBC_TUNABLES") == TUNABLES:
         return
     os.environ["GLIBC_TUNABLES"] = TUNABLES
-    threads = "2"
-    for i, a in enumerate(sys.argv):
-        if a == "--threads" and i + 1 < len(sys.argv):
-            threads = sys.argv[i + 1]
-        elif a.startswith("--threads="):
-            threads = a.split("=", 1)[1]
-    os.environ["OPENBLAS_NUM_THREADS"] = threads
+    os.environ["OPENBLAS_NUM_THREADS"] = argv_option("--threads", "2")
     os.execv(sys.executable, [sys.executable] + sys.argv)
 
 
