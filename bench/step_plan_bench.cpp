@@ -20,6 +20,7 @@
 #include "remat/base/error.h"
 #include "remat/chain/plan.h"
 #include "remat/graph/planned_step.h"
+#include "remat/internal/statistics.h"
 #include "remat/memory/memory.h"
 #include "remat/planning/planner.h"
 #include "remat/models/gpt.h"
@@ -48,9 +49,15 @@ Measured measure(const std::function<at::Tensor()>& step) {
   return m;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+// Round by round, `over` over `under`: "median (spread min-max)".
+std::string paired_ratio(const std::vector<double>& over, const std::vector<double>& under) {
+  std::vector<double> r;
+  for (size_t i = 0; i < over.size() && i < under.size(); ++i) r.push_back(over[i] / under[i]);
+  if (r.empty()) return "-";
+  const auto [low, high] = std::minmax_element(r.begin(), r.end());
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(3) << remat::median(r) << " (spread " << *low << "-" << *high << ")";
+  return out.str();
 }
 
 }  // namespace
@@ -189,59 +196,34 @@ int main(int argc, char** argv) try {
       grads();
     }
     std::cout << plan.to_string();
-    auto ratio_text = [&](const std::vector<double>& over, const std::vector<double>& under) {
-      std::vector<double> r;
-      for (size_t i = 0; i < over.size() && i < under.size(); ++i) r.push_back(over[i] / under[i]);
-      std::sort(r.begin(), r.end());
-      std::ostringstream out;
-      out << std::setprecision(3) << std::fixed << r[r.size() / 2] << " (spread " << r.front() << "-" << r.back()
-          << ")";
-      return out.str();
-    };
     std::cout << "  chain planner, plain checkpointing (default options) at the same bytes: "
               << plain_chain.plan.to_string() << ": peak " << remat::mebibytes(plain_chain_peak) << " MiB ("
               << (plain_chain_peak <= plan.budget_bytes ? "within" : "OVER") << " budget), step "
-              << median(plain_chain_times) * 1e3 << " ms (ratio " << ratio_text(plain_chain_times, plain_times)
-              << "); graph plan / it " << ratio_text(planned_times, plain_chain_times) << "\n";
+              << remat::median(plain_chain_times) * 1e3 << " ms (ratio " << paired_ratio(plain_chain_times, plain_times)
+              << "); graph plan / it " << paired_ratio(planned_times, plain_chain_times) << "\n";
     if (any_fused) {
       std::cout << "  graph plan of the model with the chain plan's attention (" << fused_model.to_string() << "):\n  "
                 << fused_step.plan().to_string() << "  peak " << remat::mebibytes(fused_peak) << " MiB ("
                 << (fused_peak <= plan.budget_bytes ? "within" : "OVER") << " budget), step "
-                << median(fused_times) * 1e3 << " ms (ratio " << ratio_text(fused_times, plain_times)
-                << "); / chain plan " << ratio_text(fused_times, chain_times) << "\n";
+                << remat::median(fused_times) * 1e3 << " ms (ratio " << paired_ratio(fused_times, plain_times)
+                << "); / chain plan " << paired_ratio(fused_times, chain_times) << "\n";
     }
-    std::vector<double> ratios, chain_ratios, versus_chain;
-    for (int i = 0; i < steps; ++i) {
-      ratios.push_back(planned_times[i] / plain_times[i]);
-      chain_ratios.push_back(chain_times[i] / plain_times[i]);
-      versus_chain.push_back(planned_times[i] / chain_times[i]);
-    }
-    std::sort(ratios.begin(), ratios.end());
-    std::sort(chain_ratios.begin(), chain_ratios.end());
-    std::sort(versus_chain.begin(), versus_chain.end());
     if (!hand_times.empty()) {
-      std::vector<double> versus_hand;
-      for (int i = 0; i < steps; ++i) versus_hand.push_back(planned_times[i] / hand_times[i]);
-      std::sort(versus_hand.begin(), versus_hand.end());
-      std::cout << "  best fitting per-block rule " << hand_name << ": step " << median(hand_times) * 1e3
-                << " ms; graph plan / it " << std::setprecision(3) << versus_hand[versus_hand.size() / 2] << " (spread "
-                << versus_hand.front() << "-" << versus_hand.back() << ")" << std::setprecision(1) << "\n";
+      std::cout << "  best fitting per-block rule " << hand_name << ": step " << remat::median(hand_times) * 1e3
+                << " ms; graph plan / it " << paired_ratio(planned_times, hand_times) << "\n";
     } else {
       std::cout << "  no per-block rule fits the budget\n";
     }
     std::cout << "  chain planner at the same bytes: " << chain_plan.plan.to_string() << ": peak "
-              << remat::mebibytes(chain_peak) << " MiB, step " << median(chain_times) * 1e3 << " ms (ratio "
-              << std::setprecision(3) << chain_ratios[chain_ratios.size() / 2] << ", spread " << chain_ratios.front()
-              << "-" << chain_ratios.back() << "); graph plan / chain plan " << versus_chain[versus_chain.size() / 2]
-              << " (spread " << versus_chain.front() << "-" << versus_chain.back() << ")" << std::setprecision(1)
-              << "\n";
+              << remat::mebibytes(chain_peak) << " MiB, step " << remat::median(chain_times) * 1e3 << " ms (ratio "
+              << paired_ratio(chain_times, plain_times) << "); graph plan / chain plan "
+              << paired_ratio(planned_times, chain_times) << "\n";
     std::cout << "budget " << budget << ": peak " << remat::mebibytes(planned_peak) << " MiB (budget "
               << remat::mebibytes(plan.budget_bytes) << ", predicted " << remat::mebibytes(plan.predicted_peak_bytes)
               << ", unplanned " << remat::mebibytes(plain_peak) << "), "
               << (planned_peak <= plan.budget_bytes ? "within budget" : "OVER BUDGET") << "; step "
-              << median(planned_times) * 1e3 << " ms vs unplanned " << median(plain_times) * 1e3 << " ms (ratio "
-              << std::setprecision(3) << ratios[ratios.size() / 2] << ", spread " << ratios.front() << "-"
-              << ratios.back() << "; predicted "
+              << remat::median(planned_times) * 1e3 << " ms vs unplanned " << remat::median(plain_times) * 1e3
+              << " ms (ratio " << paired_ratio(planned_times, plain_times) << std::setprecision(3) << "; predicted "
               << (plan.recorded_step_seconds + plan.predicted_recompute_seconds) / plan.recorded_step_seconds
               << ": the recorded step's " << plan.recorded_step_seconds * 1e3 << " ms + recompute)"
               << std::setprecision(1) << "; record step " << record_seconds * 1e3 << " ms, plan + first planned step "

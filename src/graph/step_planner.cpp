@@ -365,83 +365,6 @@ static std::vector<int64_t> droppable_storages(const RecordedStep& step) {
   return candidates;
 }
 
-// Greedy searches, under either replay policy (StepDrops::keep_rebuilt), the fastest plan that fits
-// taken. From keeping everything, drop what removes the most excess over budget per second of
-// replay; from dropping everything, keep again what removes the most excess (the kept storages
-// become the boundaries replays start from, as segments' inputs in a chain). Each then keeps again
-// what saves replay time within the budget.
-static std::optional<std::pair<StepDrops, Simulation>> plan_by_cuts(const RecordedStep& step, int64_t budget_bytes,
-                                                                    const std::vector<int64_t>& candidates,
-                                                                    const Simulation& unchecked);
-
-static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_bytes,
-                                     const std::vector<int64_t>& candidates, GraphPlanChoice choice,
-                                     PlanSearch search_kind) {
-  auto fits_then_faster = [&](const Simulation& now, const Simulation& sim, bool time_first) {
-    if (!sim.feasible) return -1.0;
-    if (now.peak > budget_bytes) {
-      if (sim.excess >= now.excess) return -1.0;
-      const double added = sim.recompute_seconds - now.recompute_seconds;
-      return time_first ? (now.excess - sim.excess) / std::max(added, 1e-7) : now.excess - sim.excess;
-    }
-    if (sim.peak > budget_bytes || sim.recompute_seconds >= now.recompute_seconds) return -1.0;
-    return now.recompute_seconds - sim.recompute_seconds;
-  };
-  auto per_second = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, true); };
-  auto most_bytes = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, false); };
-  std::optional<std::pair<StepDrops, Simulation>> best;
-  std::string found_by;
-  auto consider = [&](const StepDrops& drops, const Simulation& sim, const char* search) {
-    if (!sim.feasible || sim.peak > budget_bytes) return;
-    if (!best || sim.recompute_seconds < best->second.recompute_seconds) {
-      best.emplace(drops, sim);
-      found_by = search;
-    }
-  };
-  Simulation least = choice.unchecked;
-  auto search = [&](StepDrops drops, bool from_all_dropped) {
-    Simulation sim;
-    if (from_all_dropped) {
-      for (int64_t c : candidates) drops.dropped[at(c)] = true;
-      sim = simulate(step, drops, budget_bytes);
-      if (!sim.feasible) return;
-      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, most_bytes);
-    } else {
-      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/true, choice.unchecked, per_second);
-    }
-    if (sim.peak <= budget_bytes) {
-      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, per_second);
-    }
-    if (sim.peak < least.peak) least = sim;
-    consider(drops, sim, from_all_dropped ? "greedy, from dropping all" : "greedy, from keeping all");
-  };
-  // The cut program's plan, made faster by keeping again what saves time within the budget.
-  if (search_kind != PlanSearch::greedy) {
-    if (auto cut = plan_by_cuts(step, budget_bytes, candidates, choice.unchecked)) {
-      StepDrops drops = cut->first;
-      const Simulation sim =
-          toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, cut->second, per_second);
-      consider(drops, sim, "cut program");
-    }
-  }
-  // From keeping all first (fast: few replays to walk); from dropping all only where that fails.
-  for (bool from_all_dropped : {false, true}) {
-    if (search_kind == PlanSearch::segments || (from_all_dropped && best)) break;
-    for (bool keep_rebuilt : {true, false}) {
-      StepDrops drops = choice.drops;
-      drops.keep_rebuilt = keep_rebuilt;
-      search(drops, from_all_dropped);
-    }
-  }
-  REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: the lowest predicted peak ",
-              "the planner found, among the ", candidates.size(), " saved memory blocks a replay can rebuild, is ",
-              least.peak, " bytes (the unplanned step's: ", choice.unchecked.peak, ").", where_the_peak_is(least));
-  choice.drops = best->first;
-  choice.simulation = best->second;
-  choice.search = found_by;
-  return choice;
-}
-
 namespace {
 
 // The chain dynamic program over the execution order. A plan of cuts: after some calls, the
@@ -582,8 +505,8 @@ class CutProgram {
 
 }  // namespace
 
-// The cut program's plans, graded by the walk, its cap moved by the walk's error; the fastest that
-// fits, improved by keeping again what saves time (or, over budget, dropping what fits it).
+// The cut program's plans, graded by the walk, its cap moved by the walk's error: the fastest that
+// fits, under either replay policy; nullopt when none does.
 static std::optional<std::pair<StepDrops, Simulation>> plan_by_cuts(const RecordedStep& step, int64_t budget_bytes,
                                                                     const std::vector<int64_t>& candidates,
                                                                     const Simulation& unchecked) {
@@ -598,28 +521,103 @@ static std::optional<std::pair<StepDrops, Simulation>> plan_by_cuts(const Record
       cap = high == std::numeric_limits<int64_t>::max() ? cap * 2 : low + (high - low) / 2;
       continue;
     }
+    std::optional<Simulation> graded;  // under the policy the program models: a segment rebuilt whole
     for (bool keep_rebuilt : {true, false}) {
       StepDrops drops = *cut;
       drops.keep_rebuilt = keep_rebuilt;
       const Simulation sim = simulate(step, drops, budget_bytes);
+      if (keep_rebuilt) graded = sim;
       if (sim.feasible && sim.peak <= budget_bytes &&
           (!best || sim.recompute_seconds < best->second.recompute_seconds)) {
         best.emplace(drops, sim);
       }
     }
-    const Simulation graded = simulate(step, *cut, budget_bytes);
-    if (!graded.feasible) break;
-    if (graded.peak > budget_bytes) {
+    if (!graded->feasible) break;
+    if (graded->peak > budget_bytes) {
       high = cap;
-      cap = std::max(low + 1, std::min(cap - (graded.peak - budget_bytes), low + (high - low) / 2));
+      cap = std::max(low + 1, std::min(cap - (graded->peak - budget_bytes), low + (high - low) / 2));
     } else {
       low = cap;
-      const int64_t slack = budget_bytes - graded.peak;
+      const int64_t slack = budget_bytes - graded->peak;
       if (slack < budget_bytes / 200) break;  // within half a percent
       cap = high == std::numeric_limits<int64_t>::max() ? cap + slack : std::min(cap + slack, low + (high - low) / 2);
     }
   }
   return best;
+}
+
+// The heuristic searches, the fastest plan that fits taken: the cut program's plan (unless
+// `search_kind` is greedy) and greedy searches under either replay policy (StepDrops::keep_rebuilt;
+// unless it is segments). From keeping everything, drop what removes the most excess over budget
+// per second of replay; from dropping everything (only where nothing fits yet), keep again what
+// removes the most excess (the kept storages become the boundaries replays start from, as
+// segments' inputs in a chain). Each plan then keeps again what saves replay time within the budget.
+static GraphPlanChoice plan_greedily(const RecordedStep& step, int64_t budget_bytes,
+                                     const std::vector<int64_t>& candidates, GraphPlanChoice choice,
+                                     PlanSearch search_kind) {
+  auto fits_then_faster = [&](const Simulation& now, const Simulation& sim, bool time_first) {
+    if (!sim.feasible) return -1.0;
+    if (now.peak > budget_bytes) {
+      if (sim.excess >= now.excess) return -1.0;
+      const double added = sim.recompute_seconds - now.recompute_seconds;
+      return time_first ? (now.excess - sim.excess) / std::max(added, 1e-7) : now.excess - sim.excess;
+    }
+    if (sim.peak > budget_bytes || sim.recompute_seconds >= now.recompute_seconds) return -1.0;
+    return now.recompute_seconds - sim.recompute_seconds;
+  };
+  auto per_second = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, true); };
+  auto most_bytes = [&](const Simulation& now, const Simulation& next) { return fits_then_faster(now, next, false); };
+  std::optional<std::pair<StepDrops, Simulation>> best;
+  std::string found_by;
+  auto consider = [&](const StepDrops& drops, const Simulation& sim, const char* search) {
+    if (!sim.feasible || sim.peak > budget_bytes) return;
+    if (!best || sim.recompute_seconds < best->second.recompute_seconds) {
+      best.emplace(drops, sim);
+      found_by = search;
+    }
+  };
+  Simulation least = choice.unchecked;
+  auto search = [&](StepDrops drops, bool from_all_dropped) {
+    Simulation sim;
+    if (from_all_dropped) {
+      for (int64_t c : candidates) drops.dropped[at(c)] = true;
+      sim = simulate(step, drops, budget_bytes);
+      if (!sim.feasible) return;
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, most_bytes);
+    } else {
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/true, choice.unchecked, per_second);
+    }
+    if (sim.peak <= budget_bytes) {
+      sim = toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, sim, per_second);
+    }
+    if (sim.peak < least.peak) least = sim;
+    consider(drops, sim, from_all_dropped ? "greedy, from dropping all" : "greedy, from keeping all");
+  };
+  // The cut program's plan, made faster by keeping again what saves time within the budget.
+  if (search_kind != PlanSearch::greedy) {
+    if (auto cut = plan_by_cuts(step, budget_bytes, candidates, choice.unchecked)) {
+      StepDrops drops = cut->first;
+      const Simulation sim =
+          toggle_greedily(step, budget_bytes, drops, candidates, /*to=*/false, cut->second, per_second);
+      consider(drops, sim, "cut program");
+    }
+  }
+  // From keeping all first (fast: few replays to walk); from dropping all only where that fails.
+  for (bool from_all_dropped : {false, true}) {
+    if (search_kind == PlanSearch::segments || (from_all_dropped && best)) break;
+    for (bool keep_rebuilt : {true, false}) {
+      StepDrops drops = choice.drops;
+      drops.keep_rebuilt = keep_rebuilt;
+      search(drops, from_all_dropped);
+    }
+  }
+  REMAT_CHECK(best.has_value(), "no plan keeps this step within ", budget_bytes, " bytes: the lowest predicted peak ",
+              "the planner found, among the ", candidates.size(), " saved memory blocks a replay can rebuild, is ",
+              least.peak, " bytes (the unplanned step's: ", choice.unchecked.peak, ").", where_the_peak_is(least));
+  choice.drops = best->first;
+  choice.simulation = best->second;
+  choice.search = found_by;
+  return choice;
 }
 
 GraphPlanChoice plan_drops(const RecordedStep& step, int64_t budget_bytes, PlanSearch search_kind) {

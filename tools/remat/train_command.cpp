@@ -415,6 +415,41 @@ void run_train(TrainFlags& flags) {
     std::cout << report.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
+// Where the run's state is saved and resumed from (group State).
+void add_state_options(CLI::App& cmd, train::TrainOptions& o) {
+  cmd.add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")
+      ->group("State");
+  cmd.add_option("--save-every", o.save_every,
+                 "Also save every this many global steps (0: only at the end); needs --save-state")
+      ->capture_default_str()
+      ->check(whole_number_from(0))
+      ->group("State");
+  cmd.add_option("--keep-last", o.keep_last, "Saved states to keep in --save-state's folder, the newest")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000))
+      ->group("State");
+  cmd.add_option("--resume", o.resume_dir, "Continue from the newest state saved in this folder")->group("State");
+}
+
+// Data-parallel ranks and how their gradients are reduced (group Distributed).
+void add_distributed_options(CLI::App& cmd, TrainFlags& flags) {
+  cmd.add_option("--nproc", flags.nproc,
+                 "Data-parallel ranks to start on this machine (each one process; "
+                 "under torchrun or with RANK/WORLD_SIZE set, this process is one rank already)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024))
+      ->group("Distributed");
+  cmd.add_option("--bucket-mib", flags.bucket_mib, "Gradient bucket size for the all-reduce, MiB")
+      ->capture_default_str()
+      ->group("Distributed");
+  cmd.add_flag("--no-overlap", flags.no_overlap, "All-reduce gradients after backward instead of during it")
+      ->group("Distributed");
+  cmd.add_option("--dist-timeout", flags.dist_timeout, "Seconds a rank waits for the others before failing")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 7 * 24 * 3600))
+      ->group("Distributed");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -461,18 +496,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"chain", "graph"}))
       ->capture_default_str()
       ->group("Planning");
-  cmd->add_option("--save-state", o.save_dir, "Save the training state to this folder at the end (atomically)")
-      ->group("State");
-  cmd->add_option("--save-every", o.save_every,
-                  "Also save every this many global steps (0: only at the end); needs --save-state")
-      ->capture_default_str()
-      ->check(whole_number_from(0))
-      ->group("State");
-  cmd->add_option("--keep-last", o.keep_last, "Saved states to keep in --save-state's folder, the newest")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1000000))
-      ->group("State");
-  cmd->add_option("--resume", o.resume_dir, "Continue from the newest state saved in this folder")->group("State");
+  add_state_options(*cmd, o);
   cmd->add_flag("--compare", flags->compare, "Also measure the unchecked run on one batch and print the ratios")
       ->group("Measurement");
   add_measure_steps_option(*cmd, flags->measure_steps, "Measured interleaved steps per plan for --compare");
@@ -484,21 +508,7 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0, 100000))
       ->group("Output");
-  cmd->add_option("--nproc", flags->nproc,
-                  "Data-parallel ranks to start on this machine (each one process; "
-                  "under torchrun or with RANK/WORLD_SIZE set, this process is one rank already)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1024))
-      ->group("Distributed");
-  cmd->add_option("--bucket-mib", flags->bucket_mib, "Gradient bucket size for the all-reduce, MiB")
-      ->capture_default_str()
-      ->group("Distributed");
-  cmd->add_flag("--no-overlap", flags->no_overlap, "All-reduce gradients after backward instead of during it")
-      ->group("Distributed");
-  cmd->add_option("--dist-timeout", flags->dist_timeout, "Seconds a rank waits for the others before failing")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 7 * 24 * 3600))
-      ->group("Distributed");
+  add_distributed_options(*cmd, *flags);
   add_json_flag(*cmd, flags->json);
   cmd->callback([flags] { run_train(*flags); });
 }
