@@ -1,13 +1,10 @@
 #include "remat/autoplan/make_plan.h"
 
 #include <cmath>
-#include <mutex>
-
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/grad_mode.h>
 
 #include "autoplan/verified_plan.h"
 #include "remat/base/error.h"
+#include "remat/chain/chain_state.h"
 #include "remat/chain/policies.h"
 #include "remat/internal/files.h"
 #include "remat/memory/memory.h"
@@ -121,56 +118,13 @@ PlanSubject PlanSubject::of_step(std::function<at::Tensor()> forward, std::vecto
 
 namespace {
 
-at::Tensor rng_state() {
-  at::Generator generator = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  return generator.get_state();
-}
-
-// What recording a step changes, put back when it ends however it ends: the CPU RNG's state, the
-// gradients of the state tensors that require them, the values of the others (buffers).
-class StepStateGuard {
- public:
-  explicit StepStateGuard(const std::vector<at::Tensor>& state) : state_(state), rng_(rng_state()) {
-    at::NoGradGuard no_grad;
-    for (const at::Tensor& t : state_) {
-      saved_.push_back(t.requires_grad() ? (t.grad().defined() ? t.grad().clone() : at::Tensor()) : t.clone());
-    }
-  }
-  ~StepStateGuard() {
-    at::NoGradGuard no_grad;
-    at::Generator generator = at::detail::getDefaultCPUGenerator();
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(rng_);
-    }
-    for (size_t i = 0; i < state_.size(); ++i) {
-      at::Tensor t = state_[i];
-      if (!t.requires_grad()) {
-        t.copy_(saved_[i]);
-      } else if (saved_[i].defined()) {
-        t.mutable_grad() = saved_[i];
-      } else {
-        t.mutable_grad() = at::Tensor();
-      }
-    }
-  }
-  StepStateGuard(const StepStateGuard&) = delete;
-  StepStateGuard& operator=(const StepStateGuard&) = delete;
-
- private:
-  const std::vector<at::Tensor>& state_;
-  at::Tensor rng_;
-  std::vector<at::Tensor> saved_;
-};
-
 PlanResult plan_step(const PlanRequest& request, const PlanSubject& subject) {
   REMAT_CHECK(request.kind() == PlanRequest::Kind::budget, "make_plan: a step (PlanSubject::of_step) is planned for ",
               "a budget (PlanRequest::of_budget), not a ", request.describe(),
               ": policies and plans name a chain's stages; give a budget, or plan a chain.");
   auto step = std::make_shared<PlannedStep>(request.budget(), subject.step_options());
   {
-    StepStateGuard guard(subject.step_state());
+    ChainStateGuard untouched(subject.step_state());      // gradients, buffers, RNG streams put back
     at::Tensor loss = step->run(subject.step_forward());  // recorded
     REMAT_CHECK(loss.defined() && loss.numel() == 1 && loss.requires_grad(),
                 "make_plan: the step's forward must return the loss, one element that requires grad; it returned ",

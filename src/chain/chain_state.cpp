@@ -50,6 +50,20 @@ ChainStateGuard::ChainStateGuard(const Chain& chain, const at::Tensor& input)
   }
 }
 
+ChainStateGuard::ChainStateGuard(const std::vector<at::Tensor>& state)
+    : saved_(new Saved{{}, {}, {}, {}, detail::RngSnapshot::capture(state)}) {
+  c10::NoGradGuard no_grad;
+  for (const at::Tensor& t : state) {
+    if (t.requires_grad()) {
+      saved_->parameters.push_back(t);
+      saved_->gradients.push_back(t.grad().defined() ? t.grad().clone() : at::Tensor());
+    } else {
+      saved_->buffers.push_back(t);
+      saved_->buffer_copies.push_back(t.clone());
+    }
+  }
+}
+
 void ChainStateGuard::restore_buffers() const {
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < saved_->buffers.size(); ++i) saved_->buffers[i].copy_(saved_->buffer_copies[i]);

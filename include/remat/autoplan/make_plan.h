@@ -140,8 +140,8 @@ class PlanSubject {
   /// Any model's training step: `forward` runs its forward and returns the loss. A budget is planned
   /// over the step's graph (remat/graph/planned_step.h): make_plan runs the step once, forward and
   /// backward, to record it, plans it, and returns the planned step in PlanResult::step to run every
-  /// training step with. The run leaves the CPU RNG as it was, and `state` (a model's parameters and
-  /// buffers: their gradients and values) too. Policies and plans are for chains: refused here.
+  /// training step with. The run leaves `state` (a model's parameters and buffers: their gradients and
+  /// values) and the RNG streams of its devices as they were (ChainStateGuard). Policies and plans are for chains: refused here.
   static PlanSubject of_step(std::function<at::Tensor()> forward, std::vector<at::Tensor> state = {},
                              PlannedStepOptions options = {});
   bool is_step() const { return static_cast<bool>(step_forward_); }

@@ -32,6 +32,9 @@ std::vector<NamedTensor> chain_buffers(const Chain& chain);
 class ChainStateGuard {
  public:
   ChainStateGuard(const Chain& chain, const at::Tensor& input);
+  /// Any model's state: each tensor of `state` that requires grad is a parameter (its gradient
+  /// kept), each other one a buffer (its values kept); the RNG streams of the devices they live on.
+  explicit ChainStateGuard(const std::vector<at::Tensor>& state);
   ~ChainStateGuard();
   ChainStateGuard(const ChainStateGuard&) = delete;
   ChainStateGuard& operator=(const ChainStateGuard&) = delete;
